@@ -1,0 +1,732 @@
+//! Replay: THE one streaming pass over a trace's records. Every report is computed from
+//! what this pass keeps; nothing re-reads the file and no event is stored.
+//!
+//! Memory grows with live allocations, distinct stacks, loaded modules and (device, kind)
+//! rows — never with the trace's length (failures are capped at `MAX_KEPT_FAILURES`).
+//!
+//! Peak attribution (after heaptrack's peak tracker): each (device, kind) row keeps its
+//! live bytes per stack incrementally, and copies that map only at a local maximum that
+//! is also a new high-water mark:
+//!
+//! ```text
+//!  live bytes
+//!      │          ▲ new max: flag set     (another max: flag stays set)
+//!      │        ┌─┘ ┌───────┐ ◄── first decrease after the flag: snapshot the
+//!      │    ┌───┘   │       └──┐   per-stack map *before* applying this free,
+//!      │ ┌──┘       │          └───┐ then clear the flag
+//!      └─┴──────────┴──────────────┴──► time   (flag still set at the end: snapshot)
+//! ```
+//!
+//! Allocations only ever raise live bytes, so the state at the first decrease after a new
+//! maximum is exactly the state at that maximum. The copy costs O(live stacks) once per
+//! new high-water mark, not per event.
+
+use std::collections::hash_map::{Entry, HashMap};
+use std::io::Read;
+
+use gpumemprof_format::{
+    Alloc, AllocFailed, Free, MemKind, Module, ReadError, Record, TraceReader,
+};
+
+/// Failed allocations kept with their details for reports; later ones are only counted.
+/// A program that retries a failing allocation in a loop must not grow our memory.
+pub const MAX_KEPT_FAILURES: usize = 1000;
+
+/// An allocation that is live (allocated, not yet freed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveAlloc {
+    pub address: u64,
+    pub time_ns: u64,
+    pub size: u64,
+    pub stack: u64,
+    pub device: i32,
+    pub kind: MemKind,
+}
+
+/// A failed allocation call, kept for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedAlloc {
+    pub time_ns: u64,
+    pub api: u16,
+    pub size: u64,
+    pub device: i32,
+    pub kind: MemKind,
+    pub result: u32,
+    pub stack: u64,
+}
+
+/// Bytes and allocation count attributed to one stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Site {
+    pub stack: u64,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// Counters of one (device, kind) row, or of all rows together (`Replayed::totals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub allocations: u64,
+    /// Successful frees that matched a live allocation.
+    pub frees: u64,
+    pub bytes_allocated: u64,
+    pub bytes_freed: u64,
+    pub live_bytes: u64,
+    pub live_allocations: u64,
+    pub peak_bytes: u64,
+    /// First time `peak_bytes` was reached (ns since the trace's start).
+    pub peak_time_ns: u64,
+    pub failed_allocations: u64,
+}
+
+impl Counters {
+    /// Adds a live allocation; true when it made a new high-water mark.
+    fn add(&mut self, size: u64, time_ns: u64) -> bool {
+        self.allocations += 1;
+        self.bytes_allocated = self.bytes_allocated.saturating_add(size);
+        self.live_bytes = self.live_bytes.saturating_add(size);
+        self.live_allocations += 1;
+        // Strictly greater: the peak time is the first time the peak was reached.
+        if self.live_bytes > self.peak_bytes {
+            self.peak_bytes = self.live_bytes;
+            self.peak_time_ns = time_ns;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn remove(&mut self, size: u64) {
+        self.frees += 1;
+        self.bytes_freed = self.bytes_freed.saturating_add(size);
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+        self.live_allocations = self.live_allocations.saturating_sub(1);
+    }
+}
+
+/// One (device, kind) row of the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub device: i32,
+    pub kind: MemKind,
+    pub counters: Counters,
+    /// Live bytes per stack at this row's peak (unsorted; empty if it never allocated).
+    pub peak_sites: Vec<Site>,
+}
+
+/// An interned stack: return addresses, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackInfo {
+    pub frames: Vec<u64>,
+    /// Time of the first event that used it (selects among modules loaded at one range).
+    pub first_use_ns: Option<u64>,
+}
+
+/// The capture pipeline's state as the trace tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pipeline {
+    pub events: u64,
+    pub queue_waits: u64,
+    pub dropped: u64,
+    /// An End record was seen: the process closed the trace cleanly.
+    pub complete: bool,
+    /// Time of the latest record (ns since the trace's start).
+    pub duration_ns: u64,
+    /// Records of kinds this analyzer does not know (written by a newer shim).
+    pub unknown_records: u64,
+}
+
+/// Everything the reports need, once the stream has been consumed.
+#[derive(Debug, Clone, Default)]
+pub struct Replayed {
+    /// Sorted by device, then kind.
+    pub rows: Vec<Row>,
+    /// All rows together; `peak_bytes` is the peak of the combined live bytes.
+    pub totals: Counters,
+    /// Successful frees of addresses that were not live.
+    pub unknown_frees: u64,
+    /// Free calls that returned an error.
+    pub failed_frees: u64,
+    /// The first `MAX_KEPT_FAILURES` failed allocations, in trace order.
+    pub failures: Vec<FailedAlloc>,
+    /// Allocations live at the end of the trace, in no particular order.
+    pub live: Vec<LiveAlloc>,
+    pub stacks: HashMap<u64, StackInfo>,
+    /// In trace order.
+    pub modules: Vec<Module>,
+    pub pipeline: Pipeline,
+}
+
+/// Live allocations at one address: almost always one. Several only around address
+/// reuse whose events arrived out of order from different threads.
+#[derive(Debug)]
+enum Slot {
+    One(LiveAlloc),
+    Many(Vec<LiveAlloc>),
+}
+
+#[derive(Debug, Default)]
+struct RowState {
+    counters: Counters,
+    live_by_stack: HashMap<u64, Site>,
+    /// An allocation made a new high-water mark and no free has followed yet.
+    peak_pending: bool,
+    peak_sites: Vec<Site>,
+}
+
+impl RowState {
+    fn snapshot_peak(&mut self) {
+        self.peak_sites.clear();
+        self.peak_sites.extend(self.live_by_stack.values().copied());
+        self.peak_pending = false;
+    }
+}
+
+/// The streaming state. Feed it records with `record`, then call `finish`.
+#[derive(Debug, Default)]
+pub struct Replay {
+    live: HashMap<u64, Slot>,
+    /// A handful of rows at most: a linear scan beats hashing the key on every event.
+    rows: Vec<((i32, MemKind), RowState)>,
+    totals: Counters,
+    unknown_frees: u64,
+    failed_frees: u64,
+    failures: Vec<FailedAlloc>,
+    stacks: HashMap<u64, StackInfo>,
+    modules: Vec<Module>,
+    pipeline: Pipeline,
+}
+
+impl Replay {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn record(&mut self, record: Record) {
+        match record {
+            Record::Alloc(a) => self.alloc(&a),
+            Record::Free(f) => self.free(&f),
+            Record::AllocFailed(f) => self.alloc_failed(&f),
+            Record::Stack { id, frames } => {
+                // A redefinition (should not happen) keeps the first use time.
+                let first_use_ns = self.stacks.get(&id).and_then(|s| s.first_use_ns);
+                self.stacks.insert(
+                    id,
+                    StackInfo {
+                        frames,
+                        first_use_ns,
+                    },
+                );
+            }
+            Record::Module(m) => {
+                self.saw_time(m.time_ns);
+                self.modules.push(m);
+            }
+            Record::Stats(s) | Record::End(s) => {
+                self.saw_time(s.time_ns);
+                self.pipeline.events = s.events;
+                self.pipeline.queue_waits = s.queue_waits;
+                self.pipeline.dropped = s.dropped;
+                if matches!(record, Record::End(_)) {
+                    self.pipeline.complete = true;
+                }
+            }
+            Record::Unknown { .. } => self.pipeline.unknown_records += 1,
+        }
+    }
+
+    fn saw_time(&mut self, time_ns: u64) {
+        self.pipeline.duration_ns = self.pipeline.duration_ns.max(time_ns);
+    }
+
+    fn used_stack(&mut self, stack: u64, time_ns: u64) {
+        if stack == 0 {
+            return;
+        }
+        if let Some(info) = self.stacks.get_mut(&stack) {
+            if info.first_use_ns.is_none() {
+                info.first_use_ns = Some(time_ns);
+            }
+        }
+    }
+
+    fn row(&mut self, device: i32, kind: MemKind) -> &mut RowState {
+        let key = (device, kind);
+        let index = match self.rows.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.rows.push((key, RowState::default()));
+                self.rows.len() - 1
+            }
+        };
+        &mut self.rows[index].1
+    }
+
+    fn alloc(&mut self, a: &Alloc) {
+        self.saw_time(a.time_ns);
+        // A successful zero-byte request returns a null pointer that is never freed:
+        // tracking it would report a "leak" of nothing.
+        if a.address == 0 {
+            return;
+        }
+        self.used_stack(a.stack, a.time_ns);
+        let live = LiveAlloc {
+            address: a.address,
+            time_ns: a.time_ns,
+            size: a.size,
+            stack: a.stack,
+            device: a.device,
+            kind: a.kind,
+        };
+        match self.live.entry(a.address) {
+            Entry::Vacant(e) => {
+                e.insert(Slot::One(live));
+            }
+            Entry::Occupied(mut e) => {
+                let slot = e.get_mut();
+                match slot {
+                    Slot::One(first) => *slot = Slot::Many(vec![*first, live]),
+                    Slot::Many(all) => all.push(live),
+                }
+            }
+        }
+        let row = self.row(a.device, a.kind);
+        if row.counters.add(a.size, a.time_ns) {
+            row.peak_pending = true;
+        }
+        let site = row.live_by_stack.entry(a.stack).or_default();
+        site.stack = a.stack;
+        site.bytes = site.bytes.saturating_add(a.size);
+        site.count += 1;
+        self.totals.add(a.size, a.time_ns);
+    }
+
+    fn free(&mut self, f: &Free) {
+        self.saw_time(f.time_ns);
+        // cudaFree(0) is the idiom to create the context; it frees nothing.
+        if f.address == 0 {
+            return;
+        }
+        self.used_stack(f.stack, f.time_ns);
+        if f.result != 0 {
+            self.failed_frees += 1;
+            return;
+        }
+        let Some(freed) = self.take_live(f.address, f.time_ns) else {
+            self.unknown_frees += 1;
+            return;
+        };
+        let row = self.row(freed.device, freed.kind);
+        if row.peak_pending {
+            // Before applying the free: the state now is the state at the peak.
+            row.snapshot_peak();
+        }
+        row.counters.remove(freed.size);
+        if let Entry::Occupied(mut e) = row.live_by_stack.entry(freed.stack) {
+            let site = e.get_mut();
+            site.bytes = site.bytes.saturating_sub(freed.size);
+            site.count = site.count.saturating_sub(1);
+            if site.count == 0 {
+                e.remove();
+            }
+        }
+        self.totals.remove(freed.size);
+    }
+
+    /// Removes the allocation a free at `time_ns` releases: of those live at `address`,
+    /// the latest allocated at or before the free, or else the oldest (a free can only
+    /// arrive before its allocation through reordering, and the oldest is the likeliest).
+    fn take_live(&mut self, address: u64, time_ns: u64) -> Option<LiveAlloc> {
+        let Entry::Occupied(mut e) = self.live.entry(address) else {
+            return None;
+        };
+        let all = match e.get_mut() {
+            Slot::One(only) => {
+                let only = *only;
+                e.remove();
+                return Some(only);
+            }
+            Slot::Many(all) => all,
+        };
+        let before = all
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.time_ns <= time_ns)
+            .max_by_key(|(_, a)| a.time_ns)
+            .map(|(i, _)| i);
+        let oldest = || {
+            all.iter()
+                .enumerate()
+                .min_by_key(|(_, a)| a.time_ns)
+                .map(|(i, _)| i)
+        };
+        let index = before.or_else(oldest)?;
+        let taken = all.swap_remove(index);
+        match all.as_slice() {
+            [] => {
+                e.remove();
+            }
+            [last] => {
+                let last = *last;
+                *e.get_mut() = Slot::One(last);
+            }
+            _ => {}
+        }
+        Some(taken)
+    }
+
+    fn alloc_failed(&mut self, f: &AllocFailed) {
+        self.saw_time(f.time_ns);
+        self.used_stack(f.stack, f.time_ns);
+        self.row(f.device, f.kind).counters.failed_allocations += 1;
+        self.totals.failed_allocations += 1;
+        if self.failures.len() < MAX_KEPT_FAILURES {
+            self.failures.push(FailedAlloc {
+                time_ns: f.time_ns,
+                api: f.api,
+                size: f.size,
+                device: f.device,
+                kind: f.kind,
+                result: f.result,
+                stack: f.stack,
+            });
+        }
+    }
+
+    pub fn finish(self) -> Replayed {
+        let mut rows: Vec<Row> = self
+            .rows
+            .into_iter()
+            .map(|((device, kind), mut state)| {
+                if state.peak_pending {
+                    state.snapshot_peak();
+                }
+                Row {
+                    device,
+                    kind,
+                    counters: state.counters,
+                    peak_sites: state.peak_sites,
+                }
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.device, r.kind));
+        let mut live = Vec::new();
+        for slot in self.live.into_values() {
+            match slot {
+                Slot::One(a) => live.push(a),
+                Slot::Many(all) => live.extend(all),
+            }
+        }
+        Replayed {
+            rows,
+            totals: self.totals,
+            unknown_frees: self.unknown_frees,
+            failed_frees: self.failed_frees,
+            failures: self.failures,
+            live,
+            stacks: self.stacks,
+            modules: self.modules,
+            pipeline: self.pipeline,
+        }
+    }
+}
+
+/// What reading a whole trace gives: the header, the replay, and how reading ended.
+#[derive(Debug)]
+pub struct Loaded {
+    pub header: serde_json::Value,
+    pub replayed: Replayed,
+    /// The file ended inside a block (the process was killed mid-write).
+    pub truncated: bool,
+    /// Complete blocks read.
+    pub blocks: u64,
+}
+
+/// Streams every record of `reader` through a `Replay`.
+pub fn replay<R: Read>(mut reader: TraceReader<R>) -> Result<Loaded, ReadError> {
+    let mut replay = Replay::new();
+    while let Some(record) = reader.next_record()? {
+        replay.record(record);
+    }
+    Ok(Loaded {
+        header: reader.header().clone(),
+        replayed: replay.finish(),
+        truncated: reader.truncated(),
+        blocks: reader.blocks_read(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumemprof_format::Stats;
+
+    fn alloc(t: u64, device: i32, kind: MemKind, address: u64, size: u64, stack: u64) -> Record {
+        Record::Alloc(Alloc {
+            time_ns: t,
+            tid: 1,
+            api: 0,
+            kind,
+            device,
+            address,
+            size,
+            stream: 0,
+            pool: 0,
+            stack,
+        })
+    }
+
+    fn free_r(t: u64, address: u64, result: u32) -> Record {
+        Record::Free(Free {
+            time_ns: t,
+            tid: 1,
+            api: 1,
+            address,
+            stream: 0,
+            stack: 0,
+            result,
+            flags: 0,
+        })
+    }
+
+    fn free(t: u64, address: u64) -> Record {
+        free_r(t, address, 0)
+    }
+
+    fn run(records: Vec<Record>) -> Replayed {
+        let mut r = Replay::new();
+        for rec in records {
+            r.record(rec);
+        }
+        r.finish()
+    }
+
+    fn sorted(mut sites: Vec<Site>) -> Vec<Site> {
+        sites.sort_by_key(|s| s.stack);
+        sites
+    }
+
+    const D: MemKind = MemKind::Device;
+
+    #[test]
+    fn counts_allocations_frees_and_live_bytes() {
+        let r = run(vec![
+            alloc(10, 0, D, 0x1000, 100, 1),
+            alloc(20, 0, D, 0x2000, 50, 2),
+            free(30, 0x1000),
+        ]);
+        assert_eq!(r.rows.len(), 1);
+        let c = r.rows[0].counters;
+        assert_eq!((c.allocations, c.frees), (2, 1));
+        assert_eq!((c.bytes_allocated, c.bytes_freed), (150, 100));
+        assert_eq!((c.live_bytes, c.live_allocations), (50, 1));
+        assert_eq!((c.peak_bytes, c.peak_time_ns), (150, 20));
+        assert_eq!(r.totals, c);
+        assert_eq!(r.live.len(), 1);
+        assert_eq!(r.live[0].address, 0x2000);
+        assert_eq!(r.pipeline.duration_ns, 30);
+    }
+
+    #[test]
+    fn peak_snapshot_is_taken_at_the_high_water_mark_not_later() {
+        // live: 100, 300 (peak, stacks 1+2), 100, 250 (lower local max, stack 3), 250.
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, 100, 1),
+            alloc(2, 0, D, 0xb, 200, 2),
+            free(3, 0xb),
+            alloc(4, 0, D, 0xc, 150, 3),
+            alloc(5, 0, D, 0xd, 1, 0),
+            free(6, 0xd),
+        ]);
+        let row = &r.rows[0];
+        assert_eq!(
+            (row.counters.peak_bytes, row.counters.peak_time_ns),
+            (300, 2)
+        );
+        assert_eq!(
+            sorted(row.peak_sites.clone()),
+            vec![
+                Site {
+                    stack: 1,
+                    bytes: 100,
+                    count: 1
+                },
+                Site {
+                    stack: 2,
+                    bytes: 200,
+                    count: 1
+                }
+            ]
+        );
+        assert_eq!(row.counters.live_bytes, 250);
+    }
+
+    #[test]
+    fn peak_still_rising_at_the_end_is_snapshotted_at_finish() {
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, 100, 7),
+            alloc(2, 0, D, 0xb, 100, 7),
+        ]);
+        assert_eq!(
+            r.rows[0].peak_sites,
+            vec![Site {
+                stack: 7,
+                bytes: 200,
+                count: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn equal_later_peak_keeps_the_first_time_and_snapshot() {
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, 100, 1),
+            free(2, 0xa),
+            alloc(3, 0, D, 0xb, 100, 2),
+        ]);
+        let row = &r.rows[0];
+        assert_eq!(
+            (row.counters.peak_bytes, row.counters.peak_time_ns),
+            (100, 1)
+        );
+        assert_eq!(
+            row.peak_sites,
+            vec![Site {
+                stack: 1,
+                bytes: 100,
+                count: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn rows_are_per_device_and_kind_and_totals_peak_is_combined() {
+        // Device 0 peaks at t=1, device 1 at t=3; combined live never exceeds 150.
+        let r = run(vec![
+            alloc(1, 1, D, 0xa, 100, 1),
+            free(2, 0xa),
+            alloc(3, 0, MemKind::Managed, 0xb, 90, 1),
+            alloc(4, 0, D, 0xc, 60, 1),
+        ]);
+        let keys: Vec<_> = r.rows.iter().map(|r| (r.device, r.kind)).collect();
+        assert_eq!(keys, vec![(0, D), (0, MemKind::Managed), (1, D)]);
+        assert_eq!((r.totals.peak_bytes, r.totals.peak_time_ns), (150, 4));
+        assert_eq!(r.totals.allocations, 3);
+        assert_eq!(r.totals.live_bytes, 150);
+    }
+
+    #[test]
+    fn out_of_order_reuse_frees_the_earlier_allocation() {
+        // A@1 and B@3 share an address; B's alloc arrives before A's free@2.
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, 10, 1),
+            alloc(3, 0, D, 0xa, 20, 2),
+            free(2, 0xa),
+        ]);
+        assert_eq!(r.live.len(), 1);
+        assert_eq!(
+            (r.live[0].time_ns, r.live[0].size, r.live[0].stack),
+            (3, 20, 2)
+        );
+        assert_eq!(r.rows[0].counters.live_bytes, 20);
+        assert_eq!(r.unknown_frees, 0);
+    }
+
+    #[test]
+    fn free_before_every_allocation_at_its_address_takes_the_oldest() {
+        let r = run(vec![
+            alloc(5, 0, D, 0xa, 10, 1),
+            alloc(7, 0, D, 0xa, 20, 2),
+            alloc(6, 0, D, 0xa, 30, 3),
+            free(1, 0xa),
+        ]);
+        let mut left: Vec<_> = r.live.iter().map(|a| a.time_ns).collect();
+        left.sort();
+        assert_eq!(left, vec![6, 7]);
+    }
+
+    #[test]
+    fn unknown_failed_and_null_frees() {
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, 10, 1),
+            free_r(2, 0xa, 1),
+            free(3, 0xdead),
+            free(4, 0),
+            free_r(5, 0, 3),
+        ]);
+        assert_eq!((r.unknown_frees, r.failed_frees), (1, 1));
+        assert_eq!(r.rows[0].counters.frees, 0);
+        assert_eq!(r.live.len(), 1);
+    }
+
+    #[test]
+    fn failed_allocations_are_counted_and_the_first_ones_kept() {
+        let mut recs = Vec::new();
+        for i in 0..(MAX_KEPT_FAILURES as u64 + 5) {
+            recs.push(Record::AllocFailed(AllocFailed {
+                time_ns: i,
+                tid: 1,
+                api: 0,
+                kind: D,
+                device: 1,
+                size: 1 << 40,
+                stream: 0,
+                pool: 0,
+                stack: 0,
+                result: 2,
+            }));
+        }
+        let r = run(recs);
+        assert_eq!(r.totals.failed_allocations, MAX_KEPT_FAILURES as u64 + 5);
+        assert_eq!(
+            r.rows[0].counters.failed_allocations,
+            MAX_KEPT_FAILURES as u64 + 5
+        );
+        assert_eq!(r.failures.len(), MAX_KEPT_FAILURES);
+        assert_eq!(r.failures[0].result, 2);
+    }
+
+    #[test]
+    fn stacks_modules_and_pipeline() {
+        let stats = Stats {
+            time_ns: 50,
+            events: 3,
+            queue_waits: 1,
+            dropped: 0,
+        };
+        let r = run(vec![
+            Record::Stack {
+                id: 4,
+                frames: vec![0x10, 0x20],
+            },
+            alloc(9, 0, D, 0xa, 1, 4),
+            alloc(12, 0, D, 0xb, 1, 4),
+            Record::Stats(stats),
+            Record::Unknown { kind: 99, len: 3 },
+        ]);
+        assert_eq!(r.stacks[&4].frames, vec![0x10, 0x20]);
+        assert_eq!(r.stacks[&4].first_use_ns, Some(9));
+        assert!(!r.pipeline.complete);
+        assert_eq!((r.pipeline.events, r.pipeline.queue_waits), (3, 1));
+        assert_eq!(r.pipeline.unknown_records, 1);
+        assert_eq!(r.pipeline.duration_ns, 50);
+        let r = run(vec![Record::End(Stats {
+            time_ns: 60,
+            ..stats
+        })]);
+        assert!(r.pipeline.complete);
+        assert_eq!(r.pipeline.duration_ns, 60);
+    }
+
+    #[test]
+    fn hostile_sizes_saturate_instead_of_panicking() {
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, u64::MAX, 1),
+            alloc(2, 0, D, 0xb, u64::MAX, 1),
+            free(3, 0xa),
+            free(4, 0xb),
+        ]);
+        assert_eq!(r.rows[0].counters.live_bytes, 0);
+        assert_eq!(r.rows[0].counters.peak_bytes, u64::MAX);
+    }
+}

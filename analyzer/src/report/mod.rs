@@ -1,0 +1,123 @@
+//! Reports: one module per command, each turning a replayed trace into a serializable
+//! report (its JSON form) plus a text rendering. What every report shares lives here:
+//! the schema version, the `trace` object and the text header.
+//!
+//! JSON field names are a public interface (docs/REPORTS.md): fields are only ever
+//! added, never renamed or removed.
+
+pub mod leaks;
+pub mod peak;
+pub mod summary;
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::replay::Loaded;
+use crate::symbolize::Frame;
+use crate::units;
+
+/// `schema_version` of every JSON report; raised only for a change old readers would
+/// misread (never for an added field).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Frames shown per site unless `--frames` says otherwise.
+pub const DEFAULT_FRAMES: usize = 10;
+
+/// The `trace` object of every JSON report: which trace, and how much to trust it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceInfo {
+    /// The trace file as given on the command line.
+    pub path: String,
+    /// Process id of the profiled process (null if the header lacks it).
+    pub pid: Option<u64>,
+    /// Its command line.
+    pub argv: Vec<String>,
+    /// The process closed the trace cleanly (an End record was written).
+    pub complete: bool,
+    /// The file ends inside a block (killed mid-write); only complete blocks were read.
+    pub truncated: bool,
+    /// Events the shim encoded, per its last counters record.
+    pub events: u64,
+    /// Events whose producer had to wait for queue space.
+    pub queue_waits: u64,
+    /// Events lost: the report undercounts by this many.
+    pub dropped: u64,
+    /// Time of the last record, ns since the trace started.
+    pub duration_ns: u64,
+}
+
+impl TraceInfo {
+    pub fn new(path: &Path, loaded: &Loaded) -> TraceInfo {
+        let header = &loaded.header;
+        let argv = header
+            .get("argv")
+            .and_then(|a| a.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|s| s.as_str().map_or_else(|| s.to_string(), str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let p = &loaded.replayed.pipeline;
+        TraceInfo {
+            path: path.display().to_string(),
+            pid: header.get("pid").and_then(|p| p.as_u64()),
+            argv,
+            complete: p.complete,
+            truncated: loaded.truncated,
+            events: p.events,
+            queue_waits: p.queue_waits,
+            dropped: p.dropped,
+            duration_ns: p.duration_ns,
+        }
+    }
+
+    /// Two or three lines: what was traced, for how long, and any reason for doubt.
+    pub fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let pid = self.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
+        writeln!(
+            out,
+            "trace {}  (pid {pid}: {})",
+            self.path,
+            self.argv.join(" ")
+        )?;
+        let ending = if self.complete {
+            "exited cleanly"
+        } else {
+            "did NOT exit cleanly"
+        };
+        writeln!(
+            out,
+            "duration {}, {} events, process {ending}",
+            units::secs(self.duration_ns),
+            self.events
+        )?;
+        if self.dropped > 0 {
+            writeln!(
+                out,
+                "WARNING: {} events were dropped by the shim: the numbers below undercount",
+                self.dropped
+            )?;
+        }
+        if self.truncated {
+            writeln!(
+                out,
+                "WARNING: the trace file is cut short; only its complete blocks were read"
+            )?;
+        }
+        writeln!(out)
+    }
+}
+
+/// Writes a site's frames, one per line, indented.
+pub fn write_frames(out: &mut dyn Write, frames: &[Frame], indent: &str) -> io::Result<()> {
+    if frames.is_empty() {
+        return writeln!(out, "{indent}(no stack captured)");
+    }
+    for f in frames {
+        writeln!(out, "{indent}{}", f.describe())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! `gpumemprof peak`: for each (device, kind), the moment live memory was highest and the
+//! call sites (stacks) that held it then, largest first.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::{write_frames, TraceInfo, SCHEMA_VERSION};
+use crate::replay::Replayed;
+use crate::symbolize::{Frame, Symbolizer};
+use crate::units;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PeakReport {
+    pub schema_version: u32,
+    pub trace: TraceInfo,
+    /// One per (device, kind) that allocated anything, sorted by device then kind.
+    pub peaks: Vec<Peak>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Peak {
+    pub device: i32,
+    pub kind: &'static str,
+    pub peak_bytes: u64,
+    /// First time the peak was reached, ns since the trace started.
+    pub peak_time_ns: u64,
+    /// Live memory at the peak by stack, largest first, at most `--top`.
+    pub sites: Vec<PeakSite>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PeakSite {
+    /// The interned stack id (0: no stack captured).
+    pub stack_id: u64,
+    /// Bytes this stack held live at the peak.
+    pub bytes: u64,
+    /// Allocations this stack held live at the peak.
+    pub count: u64,
+    pub frames: Vec<Frame>,
+}
+
+/// `top`: sites per peak (0: all); `frames`: frames per site (0: all).
+pub fn build(
+    trace: TraceInfo,
+    r: &Replayed,
+    sym: &mut Symbolizer,
+    top: usize,
+    frames: usize,
+) -> PeakReport {
+    let peaks = r
+        .rows
+        .iter()
+        .filter(|row| row.counters.allocations > 0)
+        .map(|row| {
+            let mut sites = row.peak_sites.clone();
+            // Largest first; ties in a fixed order so reports are reproducible.
+            sites.sort_by(|a, b| {
+                b.bytes
+                    .cmp(&a.bytes)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.stack.cmp(&b.stack))
+            });
+            if top > 0 {
+                sites.truncate(top);
+            }
+            Peak {
+                device: row.device,
+                kind: row.kind.name(),
+                peak_bytes: row.counters.peak_bytes,
+                peak_time_ns: row.counters.peak_time_ns,
+                sites: sites
+                    .iter()
+                    .map(|s| PeakSite {
+                        stack_id: s.stack,
+                        bytes: s.bytes,
+                        count: s.count,
+                        frames: sym.stack(s.stack, frames),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    PeakReport {
+        schema_version: SCHEMA_VERSION,
+        trace,
+        peaks,
+    }
+}
+
+pub fn write_text(report: &PeakReport, out: &mut dyn Write) -> io::Result<()> {
+    report.trace.write_text(out)?;
+    if report.peaks.is_empty() {
+        return writeln!(out, "no allocations recorded");
+    }
+    for (i, peak) in report.peaks.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        writeln!(
+            out,
+            "device {} {} memory: peak {} at {}",
+            units::device(peak.device),
+            peak.kind,
+            units::bytes_exact(peak.peak_bytes),
+            units::secs(peak.peak_time_ns)
+        )?;
+        for (n, site) in peak.sites.iter().enumerate() {
+            writeln!(
+                out,
+                "  #{} {} in {} (stack {})",
+                n + 1,
+                units::bytes_exact(site.bytes),
+                units::plural(site.count, "allocation", "allocations"),
+                site.stack_id
+            )?;
+            write_frames(out, &site.frames, "      ")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! `gpumemprof summary`: allocation counts, bytes, peaks and what was live at the end,
+//! per (device, memory kind) and in total.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::{TraceInfo, SCHEMA_VERSION};
+use crate::replay::{Counters, Replayed};
+use crate::units;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SummaryReport {
+    pub schema_version: u32,
+    pub trace: TraceInfo,
+    /// One per (device, kind), sorted by device then kind.
+    pub rows: Vec<SummaryRow>,
+    pub totals: Counts,
+    /// Successful frees of addresses that were not live (allocated before the shim
+    /// loaded, by an unhooked API, or lost events).
+    pub unknown_frees: u64,
+    /// Free calls that returned an error.
+    pub failed_frees: u64,
+    /// Allocation calls that returned an error, all rows.
+    pub failed_allocations: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SummaryRow {
+    /// CUDA device ordinal; -1 when the shim could not tell.
+    pub device: i32,
+    /// "device", "managed", "pinned_host" or "other".
+    pub kind: &'static str,
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// The integer fields of a row (and of the totals). Bytes are bytes; times are ns since
+/// the trace started.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Counts {
+    pub allocations: u64,
+    pub frees: u64,
+    pub bytes_allocated: u64,
+    pub bytes_freed: u64,
+    pub peak_bytes: u64,
+    pub peak_time_ns: u64,
+    pub live_bytes_at_end: u64,
+    pub live_allocations_at_end: u64,
+    pub failed_allocations: u64,
+}
+
+impl From<&Counters> for Counts {
+    fn from(c: &Counters) -> Counts {
+        Counts {
+            allocations: c.allocations,
+            frees: c.frees,
+            bytes_allocated: c.bytes_allocated,
+            bytes_freed: c.bytes_freed,
+            peak_bytes: c.peak_bytes,
+            peak_time_ns: c.peak_time_ns,
+            live_bytes_at_end: c.live_bytes,
+            live_allocations_at_end: c.live_allocations,
+            failed_allocations: c.failed_allocations,
+        }
+    }
+}
+
+pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
+    SummaryReport {
+        schema_version: SCHEMA_VERSION,
+        trace,
+        rows: r
+            .rows
+            .iter()
+            .map(|row| SummaryRow {
+                device: row.device,
+                kind: row.kind.name(),
+                counts: Counts::from(&row.counters),
+            })
+            .collect(),
+        totals: Counts::from(&r.totals),
+        unknown_frees: r.unknown_frees,
+        failed_frees: r.failed_frees,
+        failed_allocations: r.totals.failed_allocations,
+    }
+}
+
+pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()> {
+    report.trace.write_text(out)?;
+    if report.rows.is_empty() {
+        writeln!(out, "no allocations recorded")?;
+    } else {
+        writeln!(
+            out,
+            "{:>6}  {:<11}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
+            "device",
+            "kind",
+            "allocs",
+            "frees",
+            "allocated",
+            "freed",
+            "peak",
+            "peak at",
+            "live@end",
+            "(count)",
+            "failed"
+        )?;
+        for row in &report.rows {
+            line(out, &units::device(row.device), row.kind, &row.counts)?;
+        }
+        if report.rows.len() > 1 {
+            line(out, "all", "", &report.totals)?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "peak {} at {}; live at end {}",
+        units::bytes_exact(report.totals.peak_bytes),
+        units::secs(report.totals.peak_time_ns),
+        units::bytes_exact(report.totals.live_bytes_at_end)
+    )?;
+    writeln!(
+        out,
+        "unknown frees {}, failed frees {}, failed allocations {}",
+        report.unknown_frees, report.failed_frees, report.failed_allocations
+    )
+}
+
+fn line(out: &mut dyn Write, device: &str, kind: &str, c: &Counts) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:>6}  {:<11}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
+        device,
+        kind,
+        c.allocations,
+        c.frees,
+        units::bytes(c.bytes_allocated),
+        units::bytes(c.bytes_freed),
+        units::bytes(c.peak_bytes),
+        units::secs(c.peak_time_ns),
+        units::bytes(c.live_bytes_at_end),
+        c.live_allocations_at_end,
+        c.failed_allocations
+    )
+}

@@ -1,0 +1,247 @@
+//! Symbolization: turns a stack's return addresses into frames (function, file, line,
+//! inlined frames expanded) with the `addr2line` crate, reading the module files at the
+//! paths the trace recorded. Runs off the hot path: only for stacks a report shows, with
+//! one loader per file and one result per (address, module) cached.
+//!
+//! A file is only trusted when its GNU build-id matches the one recorded (if any was):
+//! a rebuilt library at the same path would give confidently wrong lines. Untrusted or
+//! missing files still give `module+0xoffset`.
+
+use std::cell::OnceCell;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::path::Path;
+
+use addr2line::Loader;
+use gpumemprof_format::Module;
+use serde::Serialize;
+
+use crate::replay::StackInfo;
+
+/// One reported frame. Inlined calls expand into several frames for the same address,
+/// innermost first; only the last of them (the function the code is in) has
+/// `inlined: false`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Frame {
+    /// The return address as recorded, `0x…` (a string: JSON numbers above 2^53 are
+    /// not exact in every reader).
+    pub address: String,
+    /// Path of the module containing the address.
+    pub module: Option<String>,
+    /// Demangled function name.
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+    /// Return address minus the module's load bias, for `module+0xoffset` in text.
+    #[serde(skip)]
+    pub offset: Option<u64>,
+}
+
+impl Frame {
+    fn bare(address: u64, module: Option<&Module>) -> Frame {
+        Frame {
+            address: format!("{address:#x}"),
+            module: module.map(|m| m.path.clone()),
+            function: None,
+            file: None,
+            line: None,
+            inlined: false,
+            offset: module.map(|m| address.wrapping_sub(m.bias)),
+        }
+    }
+
+    /// `function at file:line`, else `function (module+0xoffset)`, else `module+0xoffset`,
+    /// else the bare address.
+    pub fn describe(&self) -> String {
+        let place = match (&self.module, self.offset) {
+            (Some(m), Some(off)) => {
+                let name = Path::new(m).file_name().map_or(m.as_str(), |n| {
+                    // Non-UTF-8 names cannot occur (the path is a String); be total anyway.
+                    n.to_str().unwrap_or(m.as_str())
+                });
+                format!("{name}+{off:#x}")
+            }
+            _ => self.address.clone(),
+        };
+        let mut s = match (&self.function, &self.file) {
+            (Some(f), Some(file)) => match self.line {
+                Some(line) => format!("{f} at {file}:{line}"),
+                None => format!("{f} at {file}"),
+            },
+            (Some(f), None) => format!("{f} ({place})"),
+            (None, Some(file)) => match self.line {
+                Some(line) => format!("{place} at {file}:{line}"),
+                None => format!("{place} at {file}"),
+            },
+            (None, None) => place,
+        };
+        if self.inlined {
+            s.push_str(" [inlined]");
+        }
+        s
+    }
+}
+
+/// A module file on disk, opened at most once.
+struct ModuleFile {
+    /// The file's GNU build-id; `None` if it has none or cannot be read.
+    build_id: Option<Vec<u8>>,
+    /// Opened on first trusted use; `None` inside when the file is missing or unreadable.
+    loader: OnceCell<Option<Loader>>,
+}
+
+pub struct Symbolizer<'a> {
+    modules: &'a [Module],
+    stacks: &'a HashMap<u64, StackInfo>,
+    files: HashMap<String, ModuleFile>,
+    cache: HashMap<(u64, usize), Vec<Frame>>,
+    distrusted: HashSet<String>,
+    warnings: Vec<String>,
+}
+
+impl<'a> Symbolizer<'a> {
+    pub fn new(modules: &'a [Module], stacks: &'a HashMap<u64, StackInfo>) -> Self {
+        Symbolizer {
+            modules,
+            stacks,
+            files: HashMap::new(),
+            cache: HashMap::new(),
+            distrusted: HashSet::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Warnings for the user (one per distrusted file), to print on stderr.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// The frames of stack `id`, innermost first, at most `max` (0: all). Unknown ids
+    /// (0 = no stack captured) give no frames.
+    pub fn stack(&mut self, id: u64, max: usize) -> Vec<Frame> {
+        let stacks = self.stacks;
+        let Some(info) = stacks.get(&id) else {
+            return Vec::new();
+        };
+        let limit = if max == 0 { usize::MAX } else { max };
+        let mut out = Vec::new();
+        for &address in &info.frames {
+            if out.len() >= limit {
+                break;
+            }
+            out.extend(self.address(address, info.first_use_ns));
+        }
+        out.truncate(limit);
+        out
+    }
+
+    /// The module record covering `address`: if several (a range reused after dlclose),
+    /// the latest loaded at or before `when`, else the latest.
+    fn module_for(&self, address: u64, when: Option<u64>) -> Option<usize> {
+        let mut latest: Option<(usize, u64)> = None;
+        let mut latest_before: Option<(usize, u64)> = None;
+        // `>=`: of records with equal times, the later one in the trace wins.
+        let later = |best: Option<(usize, u64)>, time: u64| best.map_or(true, |(_, t)| time >= t);
+        for (i, m) in self.modules.iter().enumerate() {
+            if !(m.start <= address && address < m.end) {
+                continue;
+            }
+            if later(latest, m.time_ns) {
+                latest = Some((i, m.time_ns));
+            }
+            if when.is_some_and(|w| m.time_ns <= w) && later(latest_before, m.time_ns) {
+                latest_before = Some((i, m.time_ns));
+            }
+        }
+        latest_before.or(latest).map(|(i, _)| i)
+    }
+
+    fn address(&mut self, address: u64, when: Option<u64>) -> Vec<Frame> {
+        let modules = self.modules;
+        let Some(index) = self.module_for(address, when) else {
+            return vec![Frame::bare(address, None)];
+        };
+        if let Some(frames) = self.cache.get(&(address, index)) {
+            return frames.clone();
+        }
+        let module = &modules[index];
+        let frames = match self.loader(module) {
+            Some(loader) => lookup(loader, address, module),
+            None => vec![Frame::bare(address, Some(module))],
+        };
+        self.cache.insert((address, index), frames.clone());
+        frames
+    }
+
+    /// The loader for `module`'s file if it exists and its build-id matches.
+    fn loader(&mut self, module: &Module) -> Option<&Loader> {
+        let file = self
+            .files
+            .entry(module.path.clone())
+            .or_insert_with(|| ModuleFile {
+                build_id: read_build_id(&module.path),
+                loader: OnceCell::new(),
+            });
+        if !module.build_id.is_empty() && file.build_id.as_deref() != Some(&module.build_id[..]) {
+            // Once per file, and only if the file is there at all (missing is not news).
+            if self.distrusted.insert(module.path.clone()) && Path::new(&module.path).exists() {
+                self.warnings.push(format!(
+                    "{}: its build-id differs from the one recorded in the trace \
+                     (rebuilt or replaced since?); showing module offsets only",
+                    module.path
+                ));
+            }
+            return None;
+        }
+        file.loader
+            .get_or_init(|| Loader::new(&module.path).ok())
+            .as_ref()
+    }
+}
+
+/// Symbolizes one return address in a trusted file.
+fn lookup(loader: &Loader, address: u64, module: &Module) -> Vec<Frame> {
+    // A return address points after the call; `- 1` lands inside the call instruction,
+    // so the line (and inlining) is the call's, not the next statement's.
+    let probe = address.wrapping_sub(1).wrapping_sub(module.bias);
+    let mut out: Vec<Frame> = Vec::new();
+    if let Ok(mut frames) = loader.find_frames(probe) {
+        while let Ok(Some(f)) = frames.next() {
+            let mut frame = Frame::bare(address, Some(module));
+            frame.inlined = true;
+            frame.function = f
+                .function
+                .as_ref()
+                .and_then(|name| name.demangle().ok())
+                .map(|name| name.into_owned());
+            if let Some(loc) = f.location {
+                frame.file = loc.file.map(str::to_owned);
+                frame.line = loc.line;
+            }
+            out.push(frame);
+        }
+    }
+    match out.last_mut() {
+        Some(outer) => outer.inlined = false,
+        None => out.push(Frame::bare(address, Some(module))),
+    }
+    // No DWARF function for the outermost frame: the symbol table usually still knows.
+    if let Some(outer) = out.last_mut() {
+        if outer.function.is_none() {
+            outer.function = loader
+                .find_symbol(probe)
+                .map(|name| addr2line::demangle_auto(name.into(), None).into_owned());
+        }
+    }
+    out
+}
+
+/// The GNU build-id of the ELF file at `path`, reading only the pages it needs.
+fn read_build_id(path: &str) -> Option<Vec<u8>> {
+    let file = File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let parsed = object::File::parse(&cache).ok()?;
+    let id = object::Object::build_id(&parsed).ok()??;
+    Some(id.to_vec())
+}

@@ -1,0 +1,334 @@
+//! Reading traces: preamble validation and a streaming record reader over complete
+//! blocks. Input is untrusted (a crashed process, a damaged or foreign file): nothing
+//! panics, every size is checked against a `MAX_*` bound before it is allocated for, and
+//! a file cut anywhere yields exactly the records of its complete blocks.
+
+mod decode;
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+use zstd::bulk::Decompressor;
+use zstd::zstd_safe;
+
+use crate::record::Record;
+use crate::varint::Cursor;
+use crate::{FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN};
+
+/// Preamble bytes before the header JSON: magic, version, header length.
+const PREAMBLE_LEN: usize = 16;
+
+/// Why a trace could not be read. Each variant displays as one actionable line.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file does not start with the gpumemprof magic bytes.
+    NotATrace,
+    /// The file ends inside the preamble or the header JSON.
+    HeaderTruncated,
+    /// Version 0 (invalid) or newer than this crate reads.
+    UnsupportedVersion {
+        found: u32,
+        supported: u32,
+    },
+    /// Header too long, not JSON, or not a JSON object.
+    BadHeader(String),
+    /// Damaged bytes inside a complete block. `offset` is the file offset of the block.
+    Corrupt {
+        offset: u64,
+        what: String,
+    },
+    Io(io::Error),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::NotATrace => f.write_str("not a gpumemprof trace (bad magic bytes)"),
+            ReadError::HeaderTruncated => f.write_str(
+                "trace header is cut short: the file ends inside its preamble or header \
+                 (the profiled process probably died right after starting)",
+            ),
+            ReadError::UnsupportedVersion { found, supported } if found > supported => write!(
+                f,
+                "trace format version {found} is newer than this analyzer supports ({supported}): upgrade gpumemprof"
+            ),
+            ReadError::UnsupportedVersion { found, supported } => write!(
+                f,
+                "trace format version {found} is not valid (this analyzer reads version {supported}): the file is damaged"
+            ),
+            ReadError::BadHeader(why) => write!(f, "bad trace header: {why}"),
+            ReadError::Corrupt { offset, what } => write!(f, "corrupt trace at byte {offset}: {what}"),
+            ReadError::Io(e) => write!(f, "I/O error while reading the trace: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+/// Reads until `buf` is full or EOF; returns the bytes read.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Streams the records of a trace, one complete block at a time.
+pub struct TraceReader<R: Read> {
+    r: R,
+    header: serde_json::Value,
+    version: u32,
+    /// File offset of the next unread byte.
+    pos: u64,
+    bytes_read: u64,
+    blocks_read: u64,
+    truncated: bool,
+    /// No more blocks: EOF reached or the block stream cannot be resynchronised.
+    done: bool,
+    dctx: Decompressor<'static>,
+    comp: Vec<u8>,
+    /// Decompressed records of the current block and the read position in them.
+    raw: Vec<u8>,
+    raw_pos: usize,
+    /// Running event time of the current block (delta base).
+    last_time: u64,
+    /// File offset of the current block, for error messages.
+    block_start: u64,
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads and validates the preamble and header JSON.
+    pub fn open(mut r: R) -> Result<Self, ReadError> {
+        let mut pre = [0u8; PREAMBLE_LEN];
+        let n = read_full(&mut r, &mut pre)?;
+        let m = n.min(MAGIC.len());
+        if pre[..m] != MAGIC[..m] {
+            return Err(ReadError::NotATrace);
+        }
+        if n < PREAMBLE_LEN {
+            return Err(ReadError::HeaderTruncated);
+        }
+        let version = u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]);
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(ReadError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let hlen = u32::from_le_bytes([pre[12], pre[13], pre[14], pre[15]]) as usize;
+        if hlen > MAX_HEADER_LEN {
+            return Err(ReadError::BadHeader(format!(
+                "header length {hlen} exceeds the {MAX_HEADER_LEN}-byte limit"
+            )));
+        }
+        let mut json = Vec::new(); // grows with what is actually there, not with hlen
+        r.by_ref().take(hlen as u64).read_to_end(&mut json)?;
+        if json.len() < hlen {
+            return Err(ReadError::HeaderTruncated);
+        }
+        let header: serde_json::Value = serde_json::from_slice(&json)
+            .map_err(|e| ReadError::BadHeader(format!("not valid JSON: {e}")))?;
+        if !header.is_object() {
+            return Err(ReadError::BadHeader("not a JSON object".into()));
+        }
+        let pos = (PREAMBLE_LEN + hlen) as u64;
+        Ok(TraceReader {
+            r,
+            header,
+            version,
+            pos,
+            bytes_read: pos,
+            blocks_read: 0,
+            truncated: false,
+            done: false,
+            dctx: Decompressor::new()?,
+            comp: Vec::new(),
+            raw: Vec::new(),
+            raw_pos: 0,
+            last_time: 0,
+            block_start: pos,
+        })
+    }
+
+    /// The header JSON (always an object).
+    pub fn header(&self) -> &serde_json::Value {
+        &self.header
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// True once end-of-file was hit inside a block (the writer was killed mid-write).
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// File offset of the end of the last block read and decompressed successfully
+    /// (the preamble's end before any). Counted when a block is loaded, before its records
+    /// are returned.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// Blocks read and decompressed successfully so far.
+    pub fn blocks_read(&self) -> u64 {
+        self.blocks_read
+    }
+
+    /// The next record, or `Ok(None)` at end of file (clean or inside a block; see
+    /// `truncated`). After a `Corrupt` error in a record, the rest of that block is
+    /// skipped and reading resumes at the next block; after a corrupt block length or an
+    /// I/O error, reading stops (further calls return `Ok(None)`).
+    pub fn next_record(&mut self) -> Result<Option<Record>, ReadError> {
+        loop {
+            if self.raw_pos < self.raw.len() {
+                return self.decode_one().map(Some);
+            }
+            if self.done {
+                return Ok(None);
+            }
+            self.read_block()?;
+        }
+    }
+
+    fn corrupt(&self, what: String) -> ReadError {
+        ReadError::Corrupt {
+            offset: self.block_start,
+            what,
+        }
+    }
+
+    fn decode_one(&mut self) -> Result<Record, ReadError> {
+        let start = self.raw_pos;
+        let mut c = Cursor::new(&self.raw[start..]);
+        let res = match (c.u8(), c.u64()) {
+            (Ok(k), Ok(len)) if len <= c.remaining() as u64 => match c.bytes(len as usize) {
+                Ok(payload) => decode::decode(k, payload, &mut self.last_time),
+                Err(e) => Err(e.to_string()),
+            },
+            (Ok(k), Ok(len)) => Err(format!(
+                "record of kind {k}: payload length {len} runs past the end of the block"
+            )),
+            (_, Err(e)) | (Err(e), _) => Err(format!("record header: {e}")),
+        };
+        self.raw_pos = start + c.pos();
+        res.map_err(|what| {
+            self.raw_pos = self.raw.len(); // the rest of this block cannot be trusted
+            self.corrupt(format!(
+                "record at byte {start} of the decompressed block: {what}"
+            ))
+        })
+    }
+
+    /// Loads the next block into `raw`; on EOF sets `done` (and `truncated` if mid-block).
+    fn read_block(&mut self) -> Result<(), ReadError> {
+        self.raw.clear();
+        self.raw_pos = 0;
+        self.block_start = self.pos;
+        let mut len4 = [0u8; 4];
+        let n = read_full(&mut self.r, &mut len4).inspect_err(|_| self.done = true)?;
+        if n < 4 {
+            self.done = true;
+            self.truncated = n > 0;
+            return Ok(());
+        }
+        let len = u32::from_le_bytes(len4) as usize;
+        if len > MAX_BLOCK_COMPRESSED {
+            self.done = true; // no way to find the next block
+            return Err(self.corrupt(format!(
+                "block length {len} exceeds the {MAX_BLOCK_COMPRESSED}-byte limit"
+            )));
+        }
+        self.comp.clear(); // grows with what is actually read, not with `len`
+        let got = self.r.by_ref().take(len as u64).read_to_end(&mut self.comp);
+        got.inspect_err(|_| self.done = true)?;
+        if self.comp.len() < len {
+            self.done = true;
+            self.truncated = true;
+            return Ok(());
+        }
+        self.pos += 4 + len as u64;
+        self.decompress()?;
+        self.last_time = 0;
+        self.blocks_read += 1;
+        self.bytes_read = self.pos;
+        Ok(())
+    }
+
+    /// Decompresses `comp` (exactly one zstd frame with a bounded content size) into `raw`.
+    fn decompress(&mut self) -> Result<(), ReadError> {
+        let size = match zstd_safe::get_frame_content_size(&self.comp) {
+            Ok(Some(n)) if n <= MAX_BLOCK_RAW as u64 => n as usize,
+            Ok(Some(n)) => {
+                return Err(self.corrupt(format!(
+                    "block announces {n} decompressed bytes, over the {MAX_BLOCK_RAW}-byte limit"
+                )))
+            }
+            Ok(None) => {
+                return Err(
+                    self.corrupt("block's zstd frame does not record its decompressed size".into())
+                )
+            }
+            Err(_) => return Err(self.corrupt("block is not a zstd frame".into())),
+        };
+        match zstd_safe::find_frame_compressed_size(&self.comp) {
+            Ok(m) if m == self.comp.len() => {}
+            Ok(m) => {
+                return Err(self.corrupt(format!(
+                    "{} stray bytes after the block's zstd frame",
+                    self.comp.len() - m
+                )))
+            }
+            Err(code) => {
+                return Err(self.corrupt(format!(
+                    "bad zstd frame: {}",
+                    zstd_safe::get_error_name(code)
+                )))
+            }
+        }
+        self.raw.resize(size, 0); // bounded above; zstd overwrites every byte (checked below)
+        match self
+            .dctx
+            .decompress_to_buffer(&self.comp, &mut self.raw[..])
+        {
+            Ok(n) if n == size => Ok(()),
+            Ok(n) => {
+                self.raw.clear();
+                Err(self.corrupt(format!(
+                    "block decompressed to {n} bytes, its frame announced {size}"
+                )))
+            }
+            Err(e) => {
+                self.raw.clear();
+                Err(self.corrupt(format!("block does not decompress: {e}")))
+            }
+        }
+    }
+}
+
+/// Opens a trace file (buffered) and reads its preamble.
+pub fn open_path(path: &Path) -> Result<TraceReader<BufReader<File>>, ReadError> {
+    TraceReader::open(BufReader::with_capacity(1 << 16, File::open(path)?))
+}

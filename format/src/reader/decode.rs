@@ -1,0 +1,189 @@
+//! Decoding one record payload (already bounded by its length prefix) into a `Record`.
+//! Input is untrusted: every failure is a message for `ReadError::Corrupt`, never a panic,
+//! and nothing is allocated before its size is checked against the payload or a `MAX_*`.
+
+use crate::record::{Alloc, AllocFailed, Free, MemKind, Module, Record, Stats};
+use crate::varint::{Cursor, DecodeError};
+use crate::{kind, MAX_STACK_FRAMES};
+
+type Res<T> = Result<T, String>;
+
+fn kind_name(k: u8) -> &'static str {
+    match k {
+        kind::ALLOC => "alloc",
+        kind::FREE => "free",
+        kind::ALLOC_FAILED => "alloc-failed",
+        kind::STACK => "stack",
+        kind::MODULE => "module",
+        kind::STATS => "stats",
+        kind::END => "end",
+        _ => "unknown",
+    }
+}
+
+/// Field reader that names the record and field in its errors.
+struct Fields<'a> {
+    c: Cursor<'a>,
+    kind: u8,
+}
+
+impl<'a> Fields<'a> {
+    fn err(&self, field: &str, e: DecodeError) -> String {
+        format!("{} record, field {field}: {e}", kind_name(self.kind))
+    }
+    fn u64(&mut self, field: &str) -> Res<u64> {
+        self.c.u64().map_err(|e| self.err(field, e))
+    }
+    fn i64(&mut self, field: &str) -> Res<i64> {
+        self.c.i64().map_err(|e| self.err(field, e))
+    }
+    /// An unsigned field that must fit `T` (u32 tid, u16 api, ...).
+    fn uint<T: TryFrom<u64>>(&mut self, field: &str) -> Res<T> {
+        let v = self.u64(field)?;
+        T::try_from(v).map_err(|_| {
+            format!(
+                "{} record, field {field}: value {v} out of range",
+                kind_name(self.kind)
+            )
+        })
+    }
+    fn device(&mut self) -> Res<i32> {
+        let v = self.i64("device")?;
+        i32::try_from(v).map_err(|_| {
+            format!(
+                "{} record, field device: value {v} out of range",
+                kind_name(self.kind)
+            )
+        })
+    }
+    fn mem_kind(&mut self) -> Res<MemKind> {
+        self.uint::<u8>("kind").map(MemKind::from_u8)
+    }
+    /// Length-prefixed bytes; the length is checked against the payload before slicing.
+    fn blob(&mut self, field: &str) -> Res<&'a [u8]> {
+        let n = self.u64(field)?;
+        let left = self.c.remaining();
+        match usize::try_from(n) {
+            Ok(n) if n <= left => self.c.bytes(n).map_err(|e| self.err(field, e)),
+            _ => Err(format!(
+                "{} record: {field} length {n} runs past the {left} payload bytes left",
+                kind_name(self.kind)
+            )),
+        }
+    }
+}
+
+/// Event time: a zigzag delta from the previous event time of the block (wrapping).
+fn event_time(f: &mut Fields, last_time: &mut u64) -> Res<u64> {
+    let d = f.i64("time delta")?;
+    *last_time = last_time.wrapping_add(d as u64);
+    Ok(*last_time)
+}
+
+/// Decodes one record. `last_time` is the block's running event time. Trailing payload
+/// bytes past the known fields are ignored (fields are only ever appended).
+pub fn decode(k: u8, payload: &[u8], last_time: &mut u64) -> Res<Record> {
+    let f = &mut Fields {
+        c: Cursor::new(payload),
+        kind: k,
+    };
+    Ok(match k {
+        kind::ALLOC => {
+            let time_ns = event_time(f, last_time)?;
+            Record::Alloc(Alloc {
+                time_ns,
+                tid: f.uint("tid")?,
+                api: f.uint("api")?,
+                kind: f.mem_kind()?,
+                device: f.device()?,
+                address: f.u64("address")?,
+                size: f.u64("size")?,
+                stream: f.u64("stream")?,
+                pool: f.u64("pool")?,
+                stack: f.u64("stack")?,
+            })
+        }
+        kind::FREE => {
+            let time_ns = event_time(f, last_time)?;
+            Record::Free(Free {
+                time_ns,
+                tid: f.uint("tid")?,
+                api: f.uint("api")?,
+                address: f.u64("address")?,
+                stream: f.u64("stream")?,
+                stack: f.u64("stack")?,
+                result: f.uint("result")?,
+                flags: f.uint("flags")?,
+            })
+        }
+        kind::ALLOC_FAILED => {
+            let time_ns = event_time(f, last_time)?;
+            Record::AllocFailed(AllocFailed {
+                time_ns,
+                tid: f.uint("tid")?,
+                api: f.uint("api")?,
+                kind: f.mem_kind()?,
+                device: f.device()?,
+                size: f.u64("size")?,
+                stream: f.u64("stream")?,
+                pool: f.u64("pool")?,
+                stack: f.u64("stack")?,
+                result: f.uint("result")?,
+            })
+        }
+        kind::STACK => {
+            let id = f.u64("id")?;
+            let n = f.u64("frame count")?;
+            if n > MAX_STACK_FRAMES as u64 {
+                return Err(format!(
+                    "stack record: {n} frames, more than the {MAX_STACK_FRAMES} allowed"
+                ));
+            }
+            let mut frames = Vec::with_capacity(n as usize); // bounded just above
+            let mut prev = 0u64;
+            for i in 0..n {
+                prev = if i == 0 {
+                    f.u64("frame")?
+                } else {
+                    prev.wrapping_add(f.i64("frame delta")? as u64)
+                };
+                frames.push(prev);
+            }
+            Record::Stack { id, frames }
+        }
+        kind::MODULE => {
+            let time_ns = f.u64("time")?;
+            let bias = f.u64("bias")?;
+            let start = f.u64("start")?;
+            let end = f.u64("end")?;
+            // Paths are bytes on Linux; a non-UTF-8 one is kept readable rather than rejected.
+            let path = String::from_utf8_lossy(f.blob("path")?).into_owned();
+            let build_id = f.blob("build-id")?.to_vec();
+            Record::Module(Module {
+                time_ns,
+                bias,
+                start,
+                end,
+                path,
+                build_id,
+            })
+        }
+        kind::STATS | kind::END => {
+            let s = Stats {
+                time_ns: f.u64("time")?,
+                events: f.u64("events")?,
+                queue_waits: f.u64("queue_waits")?,
+                dropped: f.u64("dropped")?,
+            };
+            if k == kind::STATS {
+                Record::Stats(s)
+            } else {
+                Record::End(s)
+            }
+        }
+        _ => Record::Unknown {
+            kind: k,
+            len: payload.len(),
+        },
+    })
+}

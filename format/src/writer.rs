@@ -1,0 +1,335 @@
+//! Writing traces: the preamble, the per-block record encoder, block compression and a
+//! small `TraceWriter` tying them together. This runs inside the profiled process, so
+//! nothing here panics and steady-state encoding does not allocate per record.
+
+use std::cell::RefCell;
+use std::io::{self, Write};
+
+use zstd::bulk::Compressor;
+use zstd::zstd_safe::{self, CParameter};
+
+use crate::record::{Alloc, AllocFailed, Free, Module, Record, Stats};
+use crate::varint::{put_u64, zigzag};
+use crate::{
+    kind, FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN,
+    MAX_STACK_FRAMES,
+};
+
+/// Module paths and build-ids are cut to this many bytes: keeps any one record far below
+/// `MAX_BLOCK_RAW`, so every block the encoder produces stays readable.
+const MAX_MODULE_FIELD: usize = 64 << 10;
+
+/// Accumulates the raw (uncompressed) records of one block.
+#[derive(Default)]
+pub struct BlockEncoder {
+    buf: Vec<u8>,
+    /// Reused payload buffer: each record is encoded here, then appended with its length.
+    scratch: Vec<u8>,
+    /// Time of the previous event in this block (base of the next delta).
+    last_time: u64,
+    records: u64,
+}
+
+impl BlockEncoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Zigzag delta from the previous event time; wrapping so any u64 sequence round-trips.
+    fn delta(&mut self, time: u64) -> u64 {
+        let d = time.wrapping_sub(self.last_time) as i64;
+        self.last_time = time;
+        zigzag(d)
+    }
+
+    /// Appends `kind | len | scratch` and counts the record.
+    fn commit(&mut self, kind: u8) {
+        self.buf.push(kind);
+        put_u64(&mut self.buf, self.scratch.len() as u64);
+        self.buf.extend_from_slice(&self.scratch);
+        self.records += 1;
+    }
+
+    pub fn alloc(&mut self, a: &Alloc) {
+        self.scratch.clear();
+        let dt = self.delta(a.time_ns);
+        let s = &mut self.scratch;
+        put_u64(s, dt);
+        put_u64(s, a.tid.into());
+        put_u64(s, a.api.into());
+        put_u64(s, a.kind.to_u8().into());
+        put_u64(s, zigzag(a.device.into()));
+        put_u64(s, a.address);
+        put_u64(s, a.size);
+        put_u64(s, a.stream);
+        put_u64(s, a.pool);
+        put_u64(s, a.stack);
+        self.commit(kind::ALLOC);
+    }
+
+    pub fn free(&mut self, f: &Free) {
+        self.scratch.clear();
+        let dt = self.delta(f.time_ns);
+        let s = &mut self.scratch;
+        put_u64(s, dt);
+        put_u64(s, f.tid.into());
+        put_u64(s, f.api.into());
+        put_u64(s, f.address);
+        put_u64(s, f.stream);
+        put_u64(s, f.stack);
+        put_u64(s, f.result.into());
+        put_u64(s, f.flags.into());
+        self.commit(kind::FREE);
+    }
+
+    pub fn alloc_failed(&mut self, a: &AllocFailed) {
+        self.scratch.clear();
+        let dt = self.delta(a.time_ns);
+        let s = &mut self.scratch;
+        put_u64(s, dt);
+        put_u64(s, a.tid.into());
+        put_u64(s, a.api.into());
+        put_u64(s, a.kind.to_u8().into());
+        put_u64(s, zigzag(a.device.into()));
+        put_u64(s, a.size);
+        put_u64(s, a.stream);
+        put_u64(s, a.pool);
+        put_u64(s, a.stack);
+        put_u64(s, a.result.into());
+        self.commit(kind::ALLOC_FAILED);
+    }
+
+    /// An interned stack, innermost frame first. Frames past `MAX_STACK_FRAMES` are
+    /// dropped (readers reject longer stacks).
+    pub fn stack(&mut self, id: u64, frames: &[u64]) {
+        let frames = &frames[..frames.len().min(MAX_STACK_FRAMES)];
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, id);
+        put_u64(s, frames.len() as u64);
+        let mut prev = 0u64;
+        for (i, &f) in frames.iter().enumerate() {
+            if i == 0 {
+                put_u64(s, f);
+            } else {
+                put_u64(s, zigzag(f.wrapping_sub(prev) as i64));
+            }
+            prev = f;
+        }
+        self.commit(kind::STACK);
+    }
+
+    /// A loaded module. Path and build-id longer than 64 KiB are cut (never happens for
+    /// real loaders; keeps the block readable).
+    pub fn module(&mut self, m: &Module) {
+        let path = m.path.as_bytes();
+        let path = &path[..path.len().min(MAX_MODULE_FIELD)];
+        let bid = &m.build_id[..m.build_id.len().min(MAX_MODULE_FIELD)];
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, m.time_ns);
+        put_u64(s, m.bias);
+        put_u64(s, m.start);
+        put_u64(s, m.end);
+        put_u64(s, path.len() as u64);
+        s.extend_from_slice(path);
+        put_u64(s, bid.len() as u64);
+        s.extend_from_slice(bid);
+        self.commit(kind::MODULE);
+    }
+
+    fn counters(&mut self, k: u8, st: &Stats) {
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, st.time_ns);
+        put_u64(s, st.events);
+        put_u64(s, st.queue_waits);
+        put_u64(s, st.dropped);
+        self.commit(k);
+    }
+
+    /// Periodic pipeline counters.
+    pub fn stats(&mut self, s: &Stats) {
+        self.counters(kind::STATS, s);
+    }
+
+    /// The final record of a cleanly closed trace.
+    pub fn end(&mut self, s: &Stats) {
+        self.counters(kind::END, s);
+    }
+
+    /// Encodes any record; `Record::Unknown` carries no payload and is ignored.
+    pub fn record(&mut self, r: &Record) {
+        match r {
+            Record::Alloc(a) => self.alloc(a),
+            Record::Free(f) => self.free(f),
+            Record::AllocFailed(a) => self.alloc_failed(a),
+            Record::Stack { id, frames } => self.stack(*id, frames),
+            Record::Module(m) => self.module(m),
+            Record::Stats(s) => self.stats(s),
+            Record::End(s) => self.end(s),
+            Record::Unknown { .. } => {}
+        }
+    }
+
+    /// Raw bytes buffered in the current block.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Records in the current block.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// The current block's raw bytes (what `compress_block` takes).
+    pub fn raw(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Starts a new block: drops the bytes (keeping capacity) and resets the time base.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.last_time = 0;
+        self.records = 0;
+    }
+}
+
+/// Writes the file preamble: magic, version, header length and the header JSON.
+pub fn write_preamble<W: Write>(w: &mut W, header_json: &[u8]) -> io::Result<()> {
+    if header_json.len() > MAX_HEADER_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "trace header is {} bytes, more than the {MAX_HEADER_LEN}-byte limit",
+                header_json.len()
+            ),
+        ));
+    }
+    let mut pre = Vec::with_capacity(16 + header_json.len());
+    pre.extend_from_slice(&MAGIC);
+    pre.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    pre.extend_from_slice(&(header_json.len() as u32).to_le_bytes());
+    pre.extend_from_slice(header_json);
+    w.write_all(&pre) // one buffer: a single write(2) on an unbuffered file
+}
+
+thread_local! {
+    /// One compression context per writing thread, reused across blocks (creating one
+    /// allocates several hundred KiB).
+    static CCTX: RefCell<Option<Compressor<'static>>> = const { RefCell::new(None) };
+}
+
+fn new_compressor(level: i32) -> io::Result<Compressor<'static>> {
+    let mut c = Compressor::new(level)?;
+    c.set_parameter(CParameter::ContentSizeFlag(true))?;
+    c.set_parameter(CParameter::ChecksumFlag(true))?;
+    Ok(c)
+}
+
+fn compress_with(
+    c: &mut Compressor<'static>,
+    raw: &[u8],
+    level: i32,
+    out: &mut Vec<u8>,
+) -> io::Result<usize> {
+    c.set_parameter(CParameter::CompressionLevel(level))?;
+    let mut cur = io::Cursor::new(out);
+    cur.set_position(4); // compress after the 4-byte length slot, without zero-filling
+    c.compress_to_buffer(raw, &mut cur)
+}
+
+/// Compresses one block's raw records into `out` as `[u32 LE compressed_len][zstd frame]`
+/// (content size and checksum on), ready to go out with a single write.
+pub fn compress_block(raw: &[u8], level: i32, out: &mut Vec<u8>) -> io::Result<()> {
+    out.clear();
+    if raw.len() > MAX_BLOCK_RAW {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "block of {} raw bytes exceeds the {MAX_BLOCK_RAW}-byte limit",
+                raw.len()
+            ),
+        ));
+    }
+    out.reserve(4 + zstd_safe::compress_bound(raw.len()));
+    out.extend_from_slice(&[0; 4]);
+    let n = CCTX
+        .try_with(|cell| match cell.try_borrow_mut() {
+            Ok(mut slot) => {
+                if slot.is_none() {
+                    *slot = Some(new_compressor(level)?);
+                }
+                match slot.as_mut() {
+                    Some(c) => compress_with(c, raw, level, out),
+                    None => Err(io::Error::other("no compressor")),
+                }
+            }
+            // Re-entered (cannot happen today): use a private context rather than panic.
+            Err(_) => compress_with(&mut new_compressor(level)?, raw, level, out),
+        })
+        // Thread-local already destroyed (thread exiting): use a private context.
+        .unwrap_or_else(|_| compress_with(&mut new_compressor(level)?, raw, level, out))?;
+    if n > MAX_BLOCK_COMPRESSED || out.len() != 4 + n {
+        out.clear();
+        return Err(io::Error::other(format!(
+            "compressed block of {n} bytes is unusable"
+        )));
+    }
+    out[..4].copy_from_slice(&(n as u32).to_le_bytes());
+    Ok(())
+}
+
+/// Writes a whole trace: preamble on creation, then one compressed block per `flush_block`.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    enc: BlockEncoder,
+    block: Vec<u8>,
+    level: i32,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the preamble with `header` serialized as JSON; `level` is the zstd level.
+    pub fn new(mut out: W, header: &serde_json::Value, level: i32) -> io::Result<Self> {
+        let json = serde_json::to_vec(header).map_err(io::Error::other)?;
+        write_preamble(&mut out, &json)?;
+        Ok(TraceWriter {
+            out,
+            enc: BlockEncoder::new(),
+            block: Vec::new(),
+            level,
+        })
+    }
+
+    /// The current block; flush it (e.g. once `len() >= BLOCK_FLUSH_BYTES`) with `flush_block`.
+    pub fn encoder(&mut self) -> &mut BlockEncoder {
+        &mut self.enc
+    }
+
+    /// Compresses and writes the current block with one `write_all`, then starts a new
+    /// one. Returns the bytes written (0 when the block was empty). On error the block is
+    /// discarded anyway: a retry could duplicate a partially written block.
+    pub fn flush_block(&mut self) -> io::Result<usize> {
+        if self.enc.records() == 0 {
+            self.enc.clear();
+            return Ok(0);
+        }
+        let res = compress_block(self.enc.raw(), self.level, &mut self.block)
+            .and_then(|()| self.out.write_all(&self.block));
+        self.enc.clear();
+        res.map(|()| self.block.len())
+    }
+
+    pub fn get_ref(&self) -> &W {
+        &self.out
+    }
+
+    /// The underlying writer. Records not yet flushed with `flush_block` are dropped.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}

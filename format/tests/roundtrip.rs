@@ -1,0 +1,816 @@
+//! Round trips of every record kind through the writer and reader, plus the reader's
+//! behaviour on cut, damaged, foreign and random input (never a panic, never a record
+//! from an incomplete block).
+
+use std::io::Cursor;
+
+use gpumemprof_format::*;
+use serde_json::json;
+
+// ---------- helpers ----------
+
+/// Small deterministic PRNG (xorshift64*), so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn preamble(header: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    write_preamble(&mut v, header).unwrap();
+    v
+}
+
+fn block(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    compress_block(raw, 3, &mut out).unwrap();
+    out
+}
+
+fn raw_of(records: &[Record]) -> Vec<u8> {
+    let mut e = BlockEncoder::new();
+    for r in records {
+        e.record(r);
+    }
+    e.raw().to_vec()
+}
+
+/// A file with the given raw blocks after a `{}` header.
+fn file_of_raw(blocks: &[Vec<u8>]) -> Vec<u8> {
+    let mut f = preamble(b"{}");
+    for b in blocks {
+        f.extend_from_slice(&block(b));
+    }
+    f
+}
+
+type Reader<'a> = TraceReader<Cursor<&'a [u8]>>;
+
+/// Reads every record until `Ok(None)` or the first error.
+fn read_all(bytes: &[u8]) -> Result<(Vec<Record>, Reader<'_>), ReadError> {
+    let mut r = TraceReader::open(Cursor::new(bytes))?;
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record()? {
+        out.push(rec);
+    }
+    Ok((out, r))
+}
+
+/// Reads to the end, going on after errors; returns records and errors. Panics if the
+/// reader does not terminate.
+fn read_through(bytes: &[u8]) -> Result<(Vec<Record>, Vec<ReadError>), ReadError> {
+    let mut r = TraceReader::open(Cursor::new(bytes))?;
+    let (mut recs, mut errs) = (Vec::new(), Vec::new());
+    for _ in 0..10_000_000 {
+        match r.next_record() {
+            Ok(Some(rec)) => recs.push(rec),
+            Ok(None) => return Ok((recs, errs)),
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                errs.push(e)
+            }
+        }
+    }
+    panic!("reader did not terminate");
+}
+
+fn alloc(time_ns: u64, address: u64) -> Alloc {
+    Alloc {
+        time_ns,
+        tid: 4242,
+        api: 1,
+        kind: MemKind::Device,
+        device: 0,
+        address,
+        size: 1 << 20,
+        stream: 0,
+        pool: 0,
+        stack: 1,
+    }
+}
+
+/// One of each kind, with extreme values and times going backwards and wrapping.
+fn every_kind() -> Vec<Record> {
+    let mut x = Rng(7);
+    let big_stack: Vec<u64> = (0..1024).map(|_| x.next()).collect();
+    vec![
+        Record::Stack {
+            id: 1,
+            frames: vec![0x5555_0000_1234, 0x5555_0000_1000, 0x7fff_ffff_0000],
+        },
+        Record::Stack {
+            id: 0,
+            frames: vec![],
+        },
+        Record::Stack {
+            id: u64::MAX,
+            frames: big_stack,
+        },
+        Record::Stack {
+            id: 3,
+            frames: vec![u64::MAX, 0, u64::MAX, 1],
+        },
+        Record::Alloc(Alloc {
+            time_ns: 1_000_000,
+            tid: u32::MAX,
+            api: u16::MAX,
+            kind: MemKind::Other(200),
+            device: -1,
+            address: u64::MAX,
+            size: u64::MAX,
+            stream: u64::MAX,
+            pool: u64::MAX,
+            stack: u64::MAX,
+        }),
+        Record::Free(Free {
+            time_ns: 5, // backwards
+            tid: 0,
+            api: 0,
+            address: u64::MAX,
+            stream: 0,
+            stack: 0,
+            result: u32::MAX,
+            flags: u8::MAX,
+        }),
+        Record::AllocFailed(AllocFailed {
+            time_ns: u64::MAX,
+            tid: 1,
+            api: 2,
+            kind: MemKind::PinnedHost,
+            device: i32::MIN,
+            size: 0,
+            stream: 9,
+            pool: 10,
+            stack: 3,
+            result: 2,
+        }),
+        Record::Alloc(Alloc {
+            device: i32::MAX,
+            kind: MemKind::Managed,
+            ..alloc(0, 0)
+        }), // wraps
+        Record::Free(Free {
+            time_ns: 0,
+            tid: 7,
+            api: 3,
+            address: 0,
+            stream: 1,
+            stack: 0,
+            result: 0,
+            flags: FREE_STREAM_ORDERED,
+        }),
+        Record::Module(Module {
+            time_ns: 17,
+            bias: 0x7f00_0000_0000,
+            start: 0x7f00_0000_1000,
+            end: u64::MAX,
+            path: "/usr/lib/libcuda.so.1 — ünïcode".into(),
+            build_id: vec![0xde, 0xad, 0xbe, 0xef, 0, 255],
+        }),
+        Record::Module(Module {
+            time_ns: 0,
+            bias: 0,
+            start: 0,
+            end: 0,
+            path: String::new(),
+            build_id: vec![],
+        }),
+        Record::Stats(Stats {
+            time_ns: u64::MAX,
+            events: u64::MAX,
+            queue_waits: 0,
+            dropped: 1,
+        }),
+        Record::End(Stats::default()),
+    ]
+}
+
+fn write_trace(blocks: &[Vec<Record>]) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &json!({"pid": 1, "argv": ["x"]}), 3).unwrap();
+    for b in blocks {
+        for r in b {
+            w.encoder().record(r);
+        }
+        w.flush_block().unwrap();
+    }
+    w.into_inner()
+}
+
+// ---------- round trips ----------
+
+#[test]
+fn every_kind_round_trips_across_blocks() {
+    let blocks = vec![
+        every_kind(),
+        every_kind().into_iter().rev().collect(),
+        vec![Record::End(Stats::default())],
+    ];
+    let bytes = write_trace(&blocks);
+    let (recs, r) = read_all(&bytes).unwrap();
+    assert_eq!(recs, blocks.concat());
+    assert_eq!(r.header(), &json!({"pid": 1, "argv": ["x"]}));
+    assert_eq!(r.version(), FORMAT_VERSION);
+    assert_eq!(r.blocks_read(), 3);
+    assert_eq!(r.bytes_read(), bytes.len() as u64);
+    assert!(!r.truncated());
+}
+
+#[test]
+fn many_random_events_round_trip() {
+    let mut x = Rng(99);
+    let mut blocks = Vec::new();
+    for _ in 0..5 {
+        let mut b = Vec::new();
+        for _ in 0..2000 {
+            let t = x.next() >> x.below(64);
+            b.push(match x.below(3) {
+                0 => Record::Alloc(alloc(t, x.next())),
+                1 => Record::Free(Free {
+                    time_ns: t,
+                    tid: x.next() as u32,
+                    api: x.next() as u16,
+                    address: x.next(),
+                    stream: x.next(),
+                    stack: x.below(100),
+                    result: x.next() as u32,
+                    flags: x.next() as u8,
+                }),
+                _ => Record::Stack {
+                    id: x.next(),
+                    frames: (0..x.below(40)).map(|_| x.next()).collect(),
+                },
+            });
+        }
+        blocks.push(b);
+    }
+    let bytes = write_trace(&blocks);
+    let (recs, r) = read_all(&bytes).unwrap();
+    assert_eq!(recs, blocks.concat());
+    assert_eq!(r.blocks_read(), 5);
+}
+
+#[test]
+fn exact_encoding() {
+    let mut e = BlockEncoder::new();
+    e.stats(&Stats {
+        time_ns: 1,
+        events: 2,
+        queue_waits: 3,
+        dropped: 300,
+    });
+    assert_eq!(e.raw(), &[kind::STATS, 5, 1, 2, 3, 0xac, 0x02]);
+    e.clear();
+    e.free(&Free {
+        time_ns: 10,
+        tid: 1,
+        api: 2,
+        address: 3,
+        stream: 4,
+        stack: 5,
+        result: 6,
+        flags: 1,
+    });
+    e.free(&Free {
+        time_ns: 7,
+        tid: 1,
+        api: 2,
+        address: 3,
+        stream: 4,
+        stack: 5,
+        result: 6,
+        flags: 1,
+    });
+    // dt = zigzag(10) = 20, then zigzag(-3) = 5.
+    let one = [kind::FREE, 8, 20, 1, 2, 3, 4, 5, 6, 1];
+    let two = [kind::FREE, 8, 5, 1, 2, 3, 4, 5, 6, 1];
+    assert_eq!(e.raw(), [&one[..], &two[..]].concat());
+    e.clear();
+    e.stack(9, &[100, 90, 110]);
+    assert_eq!(e.raw(), &[kind::STACK, 5, 9, 3, 100, 19, 40]);
+}
+
+#[test]
+fn encoder_bookkeeping() {
+    let mut e = BlockEncoder::new();
+    assert!(e.is_empty());
+    assert_eq!((e.len(), e.records()), (0, 0));
+    e.alloc(&alloc(1000, 1));
+    let first = e.raw().to_vec();
+    e.record(&Record::Unknown { kind: 99, len: 3 }); // ignored
+    assert_eq!((e.len(), e.records()), (first.len(), 1));
+    e.clear();
+    assert!(e.is_empty());
+    assert_eq!(e.records(), 0);
+    e.alloc(&alloc(1000, 1));
+    assert_eq!(e.raw(), &first[..], "clear() resets the delta-time base");
+}
+
+#[test]
+fn overlong_stack_is_cut_to_the_limit() {
+    let frames: Vec<u64> = (0..2000).collect();
+    let raw = raw_of(&[Record::Stack {
+        id: 1,
+        frames: frames.clone(),
+    }]);
+    let (recs, _) = read_all(&file_of_raw(&[raw])).unwrap();
+    assert_eq!(
+        recs,
+        vec![Record::Stack {
+            id: 1,
+            frames: frames[..MAX_STACK_FRAMES].to_vec()
+        }]
+    );
+}
+
+#[test]
+fn compress_block_layout() {
+    let raw = raw_of(&every_kind());
+    let out = block(&raw);
+    let n = u32::from_le_bytes(out[..4].try_into().unwrap()) as usize;
+    assert_eq!(n, out.len() - 4);
+    let frame = &out[4..];
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(frame).ok(),
+        Some(Some(raw.len() as u64))
+    );
+    assert_ne!(frame[4] & 0x04, 0, "content checksum flag");
+    assert_eq!(zstd::bulk::decompress(frame, raw.len()).unwrap(), raw);
+    let mut big = Vec::new();
+    assert!(compress_block(&vec![0; MAX_BLOCK_RAW + 1], 1, &mut big).is_err());
+}
+
+#[test]
+fn writer_flush_and_preamble() {
+    let mut w = TraceWriter::new(Vec::new(), &json!({}), 1).unwrap();
+    let pre = w.get_ref().len();
+    assert_eq!(pre, 16 + 2);
+    assert_eq!(w.flush_block().unwrap(), 0);
+    w.encoder().end(&Stats::default());
+    let n = w.flush_block().unwrap();
+    assert_eq!(w.get_ref().len(), pre + n);
+    assert!(w.encoder().is_empty());
+    assert!(write_preamble(&mut Vec::new(), &vec![b' '; MAX_HEADER_LEN + 1]).is_err());
+    let bytes = w.into_inner();
+    assert_eq!(&bytes[..8], &MAGIC);
+    assert_eq!(&bytes[8..12], &FORMAT_VERSION.to_le_bytes());
+    assert_eq!(&bytes[12..16], &2u32.to_le_bytes());
+}
+
+#[test]
+fn open_path_reads_a_file() {
+    let path = std::env::temp_dir().join(format!(
+        "gpumemprof-format-test-{}.trace",
+        std::process::id()
+    ));
+    let bytes = write_trace(&[every_kind()]);
+    std::fs::write(&path, &bytes).unwrap();
+    let mut r = open_path(&path).unwrap();
+    let mut n = 0;
+    while r.next_record().unwrap().is_some() {
+        n += 1;
+    }
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(n, every_kind().len());
+    assert!(matches!(open_path(&path), Err(ReadError::Io(_))));
+}
+
+// ---------- forward compatibility ----------
+
+/// Re-frames the single record in `raw` with `extra` appended to its payload.
+fn with_trailing(raw: &[u8], extra: &[u8]) -> Vec<u8> {
+    assert!(
+        raw[1] < 0x80 && raw.len() == 2 + raw[1] as usize,
+        "one short record"
+    );
+    let mut v = vec![raw[0], raw[1] + extra.len() as u8];
+    v.extend_from_slice(&raw[2..]);
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn unknown_kinds_are_skipped() {
+    let a = Record::Alloc(alloc(10, 1));
+    let b = Record::Alloc(alloc(20, 2));
+    let mut raw = raw_of(std::slice::from_ref(&a));
+    raw.extend_from_slice(&[200, 3, 0xff, 0xff, 0xff]); // unknown kind, payload not even a valid varint
+    raw.extend_from_slice(&[0, 0]); // kind 0, empty payload
+                                    // b's bytes as encoded after a (delta +10): unknown records do not move the time base.
+    raw.extend_from_slice(&{
+        let mut e2 = BlockEncoder::new();
+        e2.alloc(&alloc(10, 1));
+        let skip = e2.len();
+        e2.alloc(&alloc(20, 2));
+        e2.raw()[skip..].to_vec()
+    });
+    let (recs, _) = read_all(&file_of_raw(&[raw])).unwrap();
+    assert_eq!(
+        recs,
+        vec![
+            a,
+            Record::Unknown { kind: 200, len: 3 },
+            Record::Unknown { kind: 0, len: 0 },
+            b
+        ]
+    );
+}
+
+#[test]
+fn trailing_payload_bytes_are_ignored() {
+    let recs = [
+        Record::Alloc(alloc(5, 6)),
+        Record::Free(Free {
+            time_ns: 1,
+            tid: 2,
+            api: 3,
+            address: 4,
+            stream: 5,
+            stack: 6,
+            result: 7,
+            flags: 0,
+        }),
+        Record::AllocFailed(AllocFailed {
+            time_ns: 1,
+            tid: 2,
+            api: 3,
+            kind: MemKind::Device,
+            device: 0,
+            size: 9,
+            stream: 0,
+            pool: 0,
+            stack: 0,
+            result: 2,
+        }),
+        Record::Stack {
+            id: 1,
+            frames: vec![1, 2],
+        },
+        Record::Module(Module {
+            time_ns: 1,
+            bias: 2,
+            start: 3,
+            end: 4,
+            path: "/a".into(),
+            build_id: vec![1],
+        }),
+        Record::Stats(Stats {
+            time_ns: 1,
+            events: 2,
+            queue_waits: 3,
+            dropped: 4,
+        }),
+        Record::End(Stats {
+            time_ns: 1,
+            events: 2,
+            queue_waits: 3,
+            dropped: 4,
+        }),
+    ];
+    for rec in recs {
+        let raw = with_trailing(
+            &raw_of(std::slice::from_ref(&rec)),
+            &[0x80, 0x80, 0x80, 7, 1, 2],
+        );
+        let (got, _) = read_all(&file_of_raw(&[raw])).unwrap();
+        assert_eq!(got, vec![rec]);
+    }
+}
+
+// ---------- corrupt records ----------
+
+/// The reader's result for one block holding `raw`, after `good` valid records.
+fn corrupt_case(raw: &[u8]) -> ReadError {
+    let good = raw_of(&[Record::End(Stats::default())]);
+    let bytes = file_of_raw(&[[&good[..], raw].concat(), good.clone()]);
+    let mut r = TraceReader::open(Cursor::new(&bytes[..])).unwrap();
+    assert_eq!(
+        r.next_record().unwrap(),
+        Some(Record::End(Stats::default()))
+    );
+    let err = r.next_record().unwrap_err();
+    assert!(
+        matches!(err, ReadError::Corrupt { offset, .. } if offset == 18),
+        "{err}"
+    );
+    // The rest of the block is dropped, the next block is read.
+    assert_eq!(
+        r.next_record().unwrap(),
+        Some(Record::End(Stats::default()))
+    );
+    assert_eq!(r.next_record().unwrap(), None);
+    err
+}
+
+fn rec(kind: u8, fields: &[u64]) -> Vec<u8> {
+    let mut p = Vec::new();
+    for &f in fields {
+        let mut v = f;
+        while v >= 0x80 {
+            p.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        p.push(v as u8);
+    }
+    let mut r = vec![kind, p.len() as u8];
+    r.extend(p);
+    r
+}
+
+#[test]
+fn corrupt_records_are_reported() {
+    let alloc_fields = [0u64, 1, 2, 0, 0, 3, 4, 5, 6, 7];
+    // Too short.
+    let e = corrupt_case(&rec(kind::ALLOC, &alloc_fields[..9]));
+    assert!(e.to_string().contains("alloc record"), "{e}");
+    corrupt_case(&rec(kind::STATS, &[1, 2, 3]));
+    corrupt_case(&rec(kind::FREE, &[]));
+    // Out of range fields.
+    for (i, v) in [(1, 1u64 << 32), (2, 1 << 16), (3, 256), (4, 1 << 32)] {
+        let mut f = alloc_fields;
+        f[i] = v;
+        let e = corrupt_case(&rec(kind::ALLOC, &f));
+        assert!(e.to_string().contains("out of range"), "{e}");
+    }
+    corrupt_case(&rec(kind::FREE, &[0, 1, 2, 3, 4, 5, 1 << 32, 0]));
+    corrupt_case(&rec(kind::FREE, &[0, 1, 2, 3, 4, 5, 0, 256]));
+    // Stack too deep, and frame count larger than the payload.
+    let deep: Vec<u64> = [1, 1025]
+        .into_iter()
+        .chain(std::iter::repeat(1).take(10))
+        .collect();
+    let e = corrupt_case(&rec(kind::STACK, &deep));
+    assert!(e.to_string().contains("1025"), "{e}");
+    corrupt_case(&rec(kind::STACK, &[1, 1000, 1, 1]));
+    corrupt_case(&rec(kind::STACK, &[1, u64::MAX]));
+    // Module path / build-id longer than the payload.
+    corrupt_case(&rec(kind::MODULE, &[0, 0, 0, 0, 50, 1, 2]));
+    corrupt_case(&rec(kind::MODULE, &[0, 0, 0, 0, u64::MAX]));
+    corrupt_case(&rec(kind::MODULE, &[0, 0, 0, 0, 1, b'a' as u64, 3, 1]));
+    // Malformed varint (11 bytes).
+    let mut bad = vec![kind::STATS, 14];
+    bad.extend([0x80; 10]);
+    bad.extend([0, 1, 2, 3]);
+    corrupt_case(&bad);
+    // Payload running past the block; record length itself malformed.
+    corrupt_case(&[kind::ALLOC, 100, 1, 2]);
+    corrupt_case(&[kind::ALLOC, 0xff]);
+    corrupt_case(&[
+        0xee, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+    ]);
+}
+
+// ---------- preamble errors ----------
+
+fn open_err(bytes: &[u8]) -> ReadError {
+    match TraceReader::open(Cursor::new(bytes)) {
+        Ok(_) => panic!("opened"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn preamble_errors() {
+    for bad in [
+        &b""[..],
+        b"G",
+        b"GPUMEM",
+        &MAGIC,
+        &preamble(b"{}")[..12],
+        &preamble(b"{}")[..17],
+    ] {
+        assert!(
+            matches!(open_err(bad), ReadError::HeaderTruncated),
+            "{bad:?}"
+        );
+    }
+    for bad in [
+        &b"X"[..],
+        b"GPUX",
+        b"hello, world! this is text",
+        b"\x28\xb5\x2f\xfd\0\0\0\0\0\0\0\0\0\0\0\0",
+    ] {
+        assert!(matches!(open_err(bad), ReadError::NotATrace));
+    }
+    let mut newer = preamble(b"{}");
+    newer[8..12].copy_from_slice(&7u32.to_le_bytes());
+    let e = open_err(&newer);
+    assert!(matches!(
+        e,
+        ReadError::UnsupportedVersion {
+            found: 7,
+            supported: FORMAT_VERSION
+        }
+    ));
+    assert_eq!(
+        e.to_string(),
+        "trace format version 7 is newer than this analyzer supports (1): upgrade gpumemprof"
+    );
+    newer[8..12].copy_from_slice(&0u32.to_le_bytes());
+    assert!(matches!(
+        open_err(&newer),
+        ReadError::UnsupportedVersion { found: 0, .. }
+    ));
+    let mut huge = preamble(b"{}");
+    huge[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(open_err(&huge), ReadError::BadHeader(_)));
+    for hdr in [&b"[1,2]"[..], b"nope", b"{\"a\":", b"", b"\xff\xfe"] {
+        assert!(
+            matches!(open_err(&preamble(hdr)), ReadError::BadHeader(_)),
+            "{hdr:?}"
+        );
+    }
+    assert!(matches!(
+        open_err(&preamble(b"{\"a\": 1} x")),
+        ReadError::BadHeader(_)
+    ));
+}
+
+#[test]
+fn error_messages() {
+    assert_eq!(
+        ReadError::NotATrace.to_string(),
+        "not a gpumemprof trace (bad magic bytes)"
+    );
+    let c = ReadError::Corrupt {
+        offset: 1234,
+        what: "x".into(),
+    };
+    assert_eq!(c.to_string(), "corrupt trace at byte 1234: x");
+    assert!(ReadError::HeaderTruncated
+        .to_string()
+        .starts_with("trace header is cut short"));
+    let io = ReadError::Io(std::io::Error::other("boom"));
+    assert!(std::error::Error::source(&io).is_some());
+}
+
+#[test]
+fn oversized_block_length_is_rejected() {
+    let mut bytes = preamble(b"{}");
+    bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+    bytes.extend_from_slice(&[0; 64]);
+    let mut r = TraceReader::open(Cursor::new(&bytes[..])).unwrap();
+    let e = r.next_record().unwrap_err();
+    assert!(matches!(e, ReadError::Corrupt { offset: 18, .. }), "{e}");
+    assert_eq!(r.next_record().unwrap(), None);
+    assert!(!r.truncated());
+}
+
+#[test]
+fn corrupt_blocks_are_reported_and_skipped() {
+    let good = block(&raw_of(&[Record::End(Stats::default())]));
+    let mut flipped = good.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1; // checksum mismatch
+    let not_zstd = [&4u32.to_le_bytes()[..], b"abcd"].concat();
+    let mut two_frames = good.clone();
+    two_frames.extend_from_slice(&good[4..]);
+    let n = (two_frames.len() - 4) as u32;
+    two_frames[..4].copy_from_slice(&n.to_le_bytes());
+    let no_size = {
+        let frame = zstd::stream::encode_all(&b"\x07\x00"[..], 1).unwrap(); // streaming: no content size
+        [&(frame.len() as u32).to_le_bytes()[..], &frame].concat()
+    };
+    let cases = [
+        (flipped, "does not decompress"),
+        (not_zstd, "not a zstd frame"),
+        (two_frames, "stray bytes"),
+        (no_size, "does not record its decompressed size"),
+        (0u32.to_le_bytes().to_vec(), "not a zstd frame"),
+    ];
+    for (bad, why) in cases {
+        let bytes = [&preamble(b"{}")[..], &good, &bad, &good].concat();
+        let (recs, errs) = read_through(&bytes).unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(errs.len(), 1);
+        assert!(
+            matches!(errs[0], ReadError::Corrupt { offset, .. } if offset == 18 + good.len() as u64)
+        );
+        assert!(errs[0].to_string().contains(why), "{}", errs[0]);
+    }
+}
+
+// ---------- truncation ----------
+
+#[test]
+fn cut_at_every_offset() {
+    let blocks: Vec<Vec<Record>> = vec![
+        vec![
+            Record::Stack {
+                id: 1,
+                frames: vec![1, 2, 3],
+            },
+            Record::Alloc(alloc(10, 0x1000)),
+        ],
+        vec![Record::Free(Free {
+            time_ns: 20,
+            tid: 1,
+            api: 1,
+            address: 0x1000,
+            stream: 0,
+            stack: 1,
+            result: 0,
+            flags: 0,
+        })],
+        every_kind(),
+        vec![Record::End(Stats {
+            time_ns: 30,
+            events: 2,
+            queue_waits: 0,
+            dropped: 0,
+        })],
+    ];
+    let mut w = TraceWriter::new(Vec::new(), &json!({"argv": ["a", "b"]}), 3).unwrap();
+    let preamble_end = w.get_ref().len();
+    let mut ends = vec![preamble_end];
+    for b in &blocks {
+        for r in b {
+            w.encoder().record(r);
+        }
+        w.flush_block().unwrap();
+        ends.push(w.get_ref().len());
+    }
+    let bytes = w.into_inner();
+    for cut in 0..=bytes.len() {
+        let part = &bytes[..cut];
+        if cut < preamble_end {
+            assert!(
+                matches!(open_err(part), ReadError::HeaderTruncated),
+                "cut {cut}"
+            );
+            continue;
+        }
+        let (recs, r) = read_all(part).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        let complete = ends.iter().filter(|&&e| e <= cut).count() - 1;
+        assert_eq!(recs, blocks[..complete].concat(), "cut {cut}");
+        assert_eq!(r.truncated(), !ends.contains(&cut), "cut {cut}");
+        assert_eq!(r.blocks_read(), complete as u64);
+        assert_eq!(r.bytes_read(), ends[complete] as u64);
+    }
+}
+
+// ---------- hostile input ----------
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut x = Rng(0x1234_5678);
+    let valid = preamble(b"{}");
+    for case in 0..6000 {
+        let len = x.below(300) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| x.next() as u8).collect();
+        if case % 3 == 1 {
+            bytes = [&MAGIC[..], &bytes].concat(); // past the magic check
+        } else if case % 3 == 2 {
+            // Valid preamble, then a plausible block length over random bytes.
+            let n = x.below(len as u64 + 8) as u32;
+            bytes = [&valid[..], &n.to_le_bytes(), &bytes].concat();
+        }
+        let _ = read_through(&bytes);
+    }
+}
+
+#[test]
+fn random_records_in_valid_blocks_never_panic() {
+    let mut x = Rng(42);
+    for _ in 0..3000 {
+        let mut raw = Vec::new();
+        for _ in 0..x.below(6) {
+            raw.push(1 + x.below(8) as u8);
+            let len = x.below(40) as u8;
+            raw.push(if x.below(10) == 0 { len | 0x80 } else { len });
+            raw.extend((0..len).map(|_| x.next() as u8));
+        }
+        let _ = read_through(&file_of_raw(&[raw.clone(), raw]));
+    }
+}
+
+#[test]
+fn random_corruptions_of_a_valid_file_never_panic() {
+    let blocks = vec![every_kind(), every_kind(), vec![Record::Alloc(alloc(1, 2))]];
+    let bytes = write_trace(&blocks);
+    let mut x = Rng(2024);
+    for _ in 0..3000 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + x.below(4) {
+            let i = x.below(b.len() as u64) as usize;
+            b[i] = if x.below(2) == 0 {
+                b[i] ^ (1 << x.below(8))
+            } else {
+                x.next() as u8
+            };
+        }
+        if x.below(4) == 0 {
+            b.truncate(x.below(b.len() as u64) as usize);
+        }
+        if let Ok((recs, _)) = read_through(&b) {
+            assert!(recs.len() <= blocks.concat().len() + 64);
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Configuration: every environment variable the shim reads is parsed here, once, at
+//! initialisation (never on the hot path), and documented from the `VARS` table below,
+//! which the README's environment table is checked against (see `tests` at the bottom).
+
+use std::ffi::CStr;
+
+/// How much of the call stack to record with each event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackMode {
+    Off,
+    Native,
+    /// Native plus Python frames. Python frames are not captured yet, so this is
+    /// `Native` today; it stays the default so traces gain them without a config change.
+    Full,
+}
+
+impl StackMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            StackMode::Off => "off",
+            StackMode::Native => "native",
+            StackMode::Full => "full",
+        }
+    }
+}
+
+/// Frames kept per stack at most; events carry their frames inline, so this bounds the
+/// size of one queue slot (MAX_STACK_DEPTH * 8 bytes).
+pub const MAX_STACK_DEPTH: usize = 128;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub disabled: bool,
+    pub output: String,
+    pub stacks: StackMode,
+    pub stack_depth: usize,
+    pub flush_ms: u64,
+    pub queue_capacity: usize,
+    pub quiet: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            disabled: false,
+            output: "gpumemprof.%p.trace".to_string(),
+            stacks: StackMode::Full,
+            stack_depth: 64,
+            flush_ms: 100,
+            queue_capacity: 8192,
+            quiet: false,
+        }
+    }
+}
+
+/// One documented environment variable.
+pub struct Var {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// The single list of environment variables the shim reads.
+pub const VARS: &[Var] = &[
+    Var {
+        name: "GPUMEMPROF_OUTPUT",
+        default: "gpumemprof.%p.trace",
+        doc: "Trace path. `%p` pid, `%h` host name, `%r` rank (from `RANK`, `LOCAL_RANK` or `SLURM_PROCID`, else 0), `%t` start time (UTC, `YYYYmmdd-HHMMSS`), `%%` a percent sign. Relative paths are relative to the working directory. An existing file is never overwritten: `.1`, `.2`, ... is appended instead.",
+    },
+    Var {
+        name: "GPUMEMPROF_STACKS",
+        default: "full",
+        doc: "`off` (no stacks, cheapest), `native` (return addresses, symbolized by the analyzer), `full` (native; Python frames will be added here).",
+    },
+    Var {
+        name: "GPUMEMPROF_STACK_DEPTH",
+        default: "64",
+        doc: "Frames recorded per stack, 1 to 128.",
+    },
+    Var {
+        name: "GPUMEMPROF_FLUSH_MS",
+        default: "100",
+        doc: "Longest time, in milliseconds (1 to 60000), an event waits before it is compressed and written to the file.",
+    },
+    Var {
+        name: "GPUMEMPROF_QUEUE_CAPACITY",
+        default: "8192",
+        doc: "Events the in-memory queue holds (64 to 1048576; each slot is about 1.1 KiB). A full queue makes the allocating thread wait; waits are counted in the trace.",
+    },
+    Var {
+        name: "GPUMEMPROF_QUIET",
+        default: "0",
+        doc: "`1` silences the line on stderr that names the trace file. Warnings are still printed.",
+    },
+    Var {
+        name: "GPUMEMPROF_DISABLE",
+        default: "0",
+        doc: "`1` turns the shim into a pure pass-through: nothing is recorded and no file is created.",
+    },
+];
+
+fn env(name: &str) -> Option<String> {
+    // Build the C string on the stack: this runs once per variable at init.
+    let mut buf = [0u8; 64];
+    let bytes = name.as_bytes();
+    if bytes.len() >= buf.len() {
+        return None;
+    }
+    buf[..bytes.len()].copy_from_slice(bytes);
+    let key = CStr::from_bytes_until_nul(&buf).ok()?;
+    // SAFETY: getenv with a valid NUL-terminated key; the result is copied at once.
+    let v = unsafe { libc::getenv(key.as_ptr()) };
+    if v.is_null() {
+        return None;
+    }
+    // SAFETY: getenv returns a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
+}
+
+fn flag(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+fn ranged(name: &str, v: &str, lo: u64, hi: u64, warnings: &mut Vec<String>) -> Option<u64> {
+    match v.trim().parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Some(n),
+        _ => {
+            warnings.push(format!(
+                "{name}={v:?} is not a number from {lo} to {hi}; using the default"
+            ));
+            None
+        }
+    }
+}
+
+impl Config {
+    /// Reads the process environment. Invalid values are reported in the returned
+    /// warnings and replaced by their defaults.
+    pub fn from_env() -> (Config, Vec<String>) {
+        Config::parse(env)
+    }
+
+    /// Parses from any lookup function (the environment, or a map in tests).
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut w = Vec::new();
+        if let Some(v) = get("GPUMEMPROF_DISABLE") {
+            match flag(&v) {
+                Some(b) => c.disabled = b,
+                None => w.push(format!("GPUMEMPROF_DISABLE={v:?} is not 0 or 1; ignored")),
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_OUTPUT") {
+            if v.trim().is_empty() {
+                w.push("GPUMEMPROF_OUTPUT is empty; using the default".to_string());
+            } else {
+                c.output = v;
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_STACKS") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "off" | "none" | "0" => c.stacks = StackMode::Off,
+                "native" => c.stacks = StackMode::Native,
+                "full" => c.stacks = StackMode::Full,
+                _ => w.push(format!(
+                    "GPUMEMPROF_STACKS={v:?} is not off, native or full; using full"
+                )),
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_STACK_DEPTH") {
+            if let Some(n) = ranged(
+                "GPUMEMPROF_STACK_DEPTH",
+                &v,
+                1,
+                MAX_STACK_DEPTH as u64,
+                &mut w,
+            ) {
+                c.stack_depth = n as usize;
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_FLUSH_MS") {
+            if let Some(n) = ranged("GPUMEMPROF_FLUSH_MS", &v, 1, 60_000, &mut w) {
+                c.flush_ms = n;
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_QUEUE_CAPACITY") {
+            if let Some(n) = ranged("GPUMEMPROF_QUEUE_CAPACITY", &v, 64, 1 << 20, &mut w) {
+                c.queue_capacity = n as usize;
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_QUIET") {
+            match flag(&v) {
+                Some(b) => c.quiet = b,
+                None => w.push(format!("GPUMEMPROF_QUIET={v:?} is not 0 or 1; ignored")),
+            }
+        }
+        (c, w)
+    }
+
+    /// The configuration as recorded in the trace header.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "output": self.output,
+            "stacks": self.stacks.name(),
+            "stack_depth": self.stack_depth,
+            "flush_ms": self.flush_ms,
+            "queue_capacity": self.queue_capacity,
+        })
+    }
+}
+
+/// Renders the README's environment table from `VARS`.
+pub fn env_table_markdown() -> String {
+    let mut s = String::from("| Variable | Default | Meaning |\n|---|---|---|\n");
+    for v in VARS {
+        s.push_str(&format!("| `{}` | `{}` | {} |\n", v.name, v.default, v.doc));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::parse(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_when_unset() {
+        let (c, w) = parse(&[]);
+        assert!(w.is_empty());
+        assert_eq!(c.output, "gpumemprof.%p.trace");
+        assert_eq!(c.stacks, StackMode::Full);
+        assert_eq!(c.stack_depth, 64);
+        assert_eq!(c.flush_ms, 100);
+        assert_eq!(c.queue_capacity, 8192);
+        assert!(!c.quiet && !c.disabled);
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let (c, w) = parse(&[
+            ("GPUMEMPROF_OUTPUT", "/tmp/x.%p"),
+            ("GPUMEMPROF_STACKS", "off"),
+            ("GPUMEMPROF_STACK_DEPTH", "7"),
+            ("GPUMEMPROF_FLUSH_MS", "5"),
+            ("GPUMEMPROF_QUEUE_CAPACITY", "64"),
+            ("GPUMEMPROF_QUIET", "1"),
+            ("GPUMEMPROF_DISABLE", "true"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.output, "/tmp/x.%p");
+        assert_eq!(c.stacks, StackMode::Off);
+        assert_eq!(c.stack_depth, 7);
+        assert_eq!(c.flush_ms, 5);
+        assert_eq!(c.queue_capacity, 64);
+        assert!(c.quiet && c.disabled);
+    }
+
+    #[test]
+    fn bad_values_warn_and_keep_defaults() {
+        let (c, w) = parse(&[
+            ("GPUMEMPROF_STACKS", "deep"),
+            ("GPUMEMPROF_STACK_DEPTH", "129"),
+            ("GPUMEMPROF_FLUSH_MS", "0"),
+            ("GPUMEMPROF_QUEUE_CAPACITY", "lots"),
+        ]);
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert_eq!(c.stacks, StackMode::Full);
+        assert_eq!(c.stack_depth, 64);
+        assert_eq!(c.flush_ms, 100);
+        assert_eq!(c.queue_capacity, 8192);
+    }
+
+    #[test]
+    fn readme_env_table_is_generated_from_vars() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md at the repository root");
+        let table = env_table_markdown();
+        assert!(
+            readme.contains(&table),
+            "README.md's environment table is out of date; replace it with:\n{table}"
+        );
+    }
+}

@@ -1,0 +1,376 @@
+//! CUDA runtime (`libcudart`) hooks: what each allocation function's arguments mean
+//! and what gets recorded. The exports themselves are generated in `hooks/mod.rs`.
+//!
+//! Rules shared by all: the real function runs first with the caller's exact
+//! arguments; out-parameters are only read after success; a successful call that
+//! yields NULL (size 0) records nothing, and so does freeing NULL (both are no-ops in
+//! CUDA); failed allocations are recorded with their error code; frees are recorded
+//! whatever their result, stamped before the real call.
+//!
+//! Safety, for every handler below: `real` must be the real function of that name
+//! and the arguments those the program passed to it (the generated export guarantees
+//! both); out-parameters are read only after the real call succeeded, and only if
+//! non-NULL.
+#![allow(clippy::missing_safety_doc)]
+
+use super::{hooked, record, Api, RealFn, Rec};
+use crate::event::EventKind;
+use gpumemprof_format::{MemKind, FREE_STREAM_ORDERED};
+use std::ffi::c_void;
+use std::os::raw::{c_int, c_uint};
+
+/// Returned when libcudart cannot be found: `cudaErrorInsufficientDriver`, what the
+/// runtime itself answers when it cannot reach a driver.
+pub const CUDART_MISSING: c_int = 35;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaPitchedPtr {
+    pub ptr: *mut c_void,
+    pub pitch: usize,
+    pub xsize: usize,
+    pub ysize: usize,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaExtent {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+type Stream = *mut c_void;
+
+/// The calling thread's current device (cudaGetDevice is a thread-local read in the
+/// runtime; it runs inside the guard, so it is never recorded).
+fn current_device() -> i32 {
+    static GET_DEVICE: RealFn = RealFn::new(c"cudaGetDevice");
+    let Some(f) = GET_DEVICE.get() else { return -1 };
+    // SAFETY: cudaGetDevice(int*) -> cudaError_t.
+    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    let mut d: c_int = -1;
+    // SAFETY: valid out-pointer.
+    if unsafe { f(&mut d) } == 0 {
+        d
+    } else {
+        -1
+    }
+}
+
+/// The device an allocation lives on, asked of the runtime by pointer. Used where the
+/// current device need not be the memory's (a pool belongs to its own device); falls
+/// back to the current device if the runtime cannot say.
+fn device_of(ptr: u64) -> i32 {
+    #[repr(C)]
+    struct PointerAttributes {
+        ty: c_int,
+        device: c_int,
+        device_pointer: *mut c_void,
+        host_pointer: *mut c_void,
+    }
+    static GET_ATTRS: RealFn = RealFn::new(c"cudaPointerGetAttributes");
+    let Some(f) = GET_ATTRS.get() else {
+        return current_device();
+    };
+    // SAFETY: cudaPointerGetAttributes(cudaPointerAttributes*, const void*) -> cudaError_t.
+    let f: unsafe extern "C" fn(*mut PointerAttributes, *const c_void) -> c_int =
+        unsafe { std::mem::transmute(f) };
+    let mut a = PointerAttributes {
+        ty: 0,
+        device: -1,
+        device_pointer: std::ptr::null_mut(),
+        host_pointer: std::ptr::null_mut(),
+    };
+    // SAFETY: valid out-pointer; the pointer is only looked up, never dereferenced.
+    if unsafe { f(&mut a, ptr as *const c_void) } == 0 && a.device >= 0 {
+        a.device
+    } else {
+        current_device()
+    }
+}
+
+/// Reads an out-pointer the real function filled (NULL-safe).
+unsafe fn out_ptr(p: *mut *mut c_void) -> u64 {
+    if p.is_null() {
+        0
+    } else {
+        *p as u64
+    }
+}
+
+/// Where an allocation landed: address (0 on failure), bytes, stream and pool handles.
+struct Placed {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    pool: u64,
+}
+
+impl Placed {
+    fn plain(addr: u64, size: u64) -> Placed {
+        Placed {
+            addr,
+            size,
+            stream: 0,
+            pool: 0,
+        }
+    }
+}
+
+fn on_alloc(api: Api, mem: MemKind, rc: c_int, t0: u64, placed: Placed) {
+    let Placed {
+        addr,
+        size,
+        stream,
+        pool,
+    } = placed;
+    let t = crate::clock::now_ns();
+    if rc == 0 {
+        if addr == 0 {
+            return;
+        }
+        let mut r = Rec::new(EventKind::Alloc, api, t);
+        r.mem = mem;
+        r.device = if pool == 0 {
+            current_device()
+        } else {
+            device_of(addr)
+        };
+        r.address = addr;
+        r.size = size;
+        r.stream = stream;
+        r.pool = pool;
+        record(r);
+    } else {
+        let mut r = Rec::new(EventKind::AllocFailed, api, t0);
+        r.mem = mem;
+        r.device = current_device();
+        r.size = size;
+        r.stream = stream;
+        r.pool = pool;
+        r.result = rc as u32;
+        record(r);
+    }
+}
+
+fn on_free(api: Api, rc: c_int, t0: u64, addr: u64, stream: Stream, flags: u8) {
+    if addr == 0 {
+        return;
+    }
+    let mut r = Rec::new(EventKind::Free, api, t0);
+    r.address = addr;
+    r.stream = stream as u64;
+    r.result = rc as u32;
+    r.flags = flags;
+    record(r);
+}
+
+type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type MallocAsyncFn = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> c_int;
+type FreeAsyncFn = unsafe extern "C" fn(*mut c_void, Stream) -> c_int;
+type MallocPoolFn = unsafe extern "C" fn(*mut *mut c_void, usize, *mut c_void, Stream) -> c_int;
+type MallocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type MallocPitchFn = unsafe extern "C" fn(*mut *mut c_void, *mut usize, usize, usize) -> c_int;
+type Malloc3dFn = unsafe extern "C" fn(*mut CudaPitchedPtr, CudaExtent) -> c_int;
+
+pub unsafe fn malloc(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize) -> c_int {
+    hooked(
+        || real(p, size),
+        |rc, t0| {
+            on_alloc(
+                api,
+                MemKind::Device,
+                rc,
+                t0,
+                Placed::plain(out_ptr(p), size as u64),
+            )
+        },
+    )
+}
+
+pub unsafe fn free(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
+    hooked(
+        || real(ptr),
+        |rc, t0| on_free(api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
+    )
+}
+
+pub unsafe fn malloc_async(
+    api: Api,
+    real: MallocAsyncFn,
+    p: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+) -> c_int {
+    hooked(
+        || real(p, size, stream),
+        |rc, t0| {
+            on_alloc(
+                api,
+                MemKind::Device,
+                rc,
+                t0,
+                Placed {
+                    addr: out_ptr(p),
+                    size: size as u64,
+                    stream: stream as u64,
+                    pool: 0,
+                },
+            )
+        },
+    )
+}
+
+pub unsafe fn free_async(api: Api, real: FreeAsyncFn, ptr: *mut c_void, stream: Stream) -> c_int {
+    hooked(
+        || real(ptr, stream),
+        |rc, t0| on_free(api, rc, t0, ptr as u64, stream, FREE_STREAM_ORDERED),
+    )
+}
+
+pub unsafe fn malloc_from_pool(
+    api: Api,
+    real: MallocPoolFn,
+    p: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    stream: Stream,
+) -> c_int {
+    hooked(
+        || real(p, size, pool, stream),
+        |rc, t0| {
+            on_alloc(
+                api,
+                MemKind::Device,
+                rc,
+                t0,
+                Placed {
+                    addr: out_ptr(p),
+                    size: size as u64,
+                    stream: stream as u64,
+                    pool: pool as u64,
+                },
+            )
+        },
+    )
+}
+
+pub unsafe fn malloc_managed(
+    api: Api,
+    real: MallocFlagsFn,
+    p: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
+    hooked(
+        || real(p, size, flags),
+        |rc, t0| {
+            on_alloc(
+                api,
+                MemKind::Managed,
+                rc,
+                t0,
+                Placed::plain(out_ptr(p), size as u64),
+            )
+        },
+    )
+}
+
+pub unsafe fn malloc_pitch(
+    api: Api,
+    real: MallocPitchFn,
+    p: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+) -> c_int {
+    hooked(
+        || real(p, pitch, width, height),
+        |rc, t0| {
+            // The memory reserved is pitch x height; on failure, what was asked for.
+            let size = if rc == 0 && !pitch.is_null() {
+                (*pitch as u64).saturating_mul(height as u64)
+            } else {
+                (width as u64).saturating_mul(height as u64)
+            };
+            on_alloc(
+                api,
+                MemKind::Device,
+                rc,
+                t0,
+                Placed::plain(out_ptr(p), size),
+            )
+        },
+    )
+}
+
+pub unsafe fn malloc_3d(
+    api: Api,
+    real: Malloc3dFn,
+    pp: *mut CudaPitchedPtr,
+    extent: CudaExtent,
+) -> c_int {
+    hooked(
+        || real(pp, extent),
+        |rc, t0| {
+            let (addr, size) = if rc == 0 && !pp.is_null() {
+                let v = *pp;
+                let bytes = (v.pitch as u64)
+                    .saturating_mul(extent.height as u64)
+                    .saturating_mul(extent.depth as u64);
+                (v.ptr as u64, bytes)
+            } else {
+                let asked = (extent.width as u64)
+                    .saturating_mul(extent.height as u64)
+                    .saturating_mul(extent.depth as u64);
+                (0, asked)
+            };
+            on_alloc(api, MemKind::Device, rc, t0, Placed::plain(addr, size))
+        },
+    )
+}
+
+pub unsafe fn malloc_host(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize) -> c_int {
+    hooked(
+        || real(p, size),
+        |rc, t0| {
+            on_alloc(
+                api,
+                MemKind::PinnedHost,
+                rc,
+                t0,
+                Placed::plain(out_ptr(p), size as u64),
+            )
+        },
+    )
+}
+
+pub unsafe fn host_alloc(
+    api: Api,
+    real: MallocFlagsFn,
+    p: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
+    hooked(
+        || real(p, size, flags),
+        |rc, t0| {
+            on_alloc(
+                api,
+                MemKind::PinnedHost,
+                rc,
+                t0,
+                Placed::plain(out_ptr(p), size as u64),
+            )
+        },
+    )
+}
+
+pub unsafe fn free_host(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
+    hooked(
+        || real(ptr),
+        |rc, t0| on_free(api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
+    )
+}

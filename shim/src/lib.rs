@@ -1,0 +1,28 @@
+//! libgpumemprof.so: preloaded into an unmodified program (`LD_PRELOAD`), it records
+//! every GPU allocation and free it can see, with the native call stack, into a
+//! compressed trace file that `gpumemprof` (the analyzer) turns into reports.
+//!
+//! Modules, one per concern:
+//! - `api`: the small public C API of include/gpumemprof.h;
+//! - `hooks`: the one table of hooked functions and the per-library semantics;
+//! - `guard`: the thread-local re-entrancy guard and thread ids;
+//! - `stack`: return-address capture on the hot path;
+//! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
+//! - `modules`: the module map written into the trace for later symbolization;
+//! - `output`, `config`: the trace file and its header, and the environment;
+//! - `lifecycle`: lazy init, the exit flush, fork.
+//!
+//! Nothing here may panic into C, take a lock or allocate on the hot path beyond
+//! what is stated where it happens, or call CUDA from the writer thread.
+
+mod api;
+pub mod clock;
+pub mod config;
+mod event;
+pub mod guard;
+pub mod hooks;
+mod lifecycle;
+pub mod modules;
+pub mod output;
+mod pipeline;
+mod stack;

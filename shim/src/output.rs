@@ -1,0 +1,245 @@
+//! The trace file: the path template (`%p %h %r %t %%`), safe creation (mode 0600,
+//! never through a symlink, never over an existing file), and the JSON header.
+
+use crate::clock;
+use crate::config::Config;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::unix::io::FromRawFd;
+
+/// Values substituted into the output template.
+pub struct Placeholders {
+    pub pid: u32,
+    pub host: String,
+    pub rank: String,
+    pub time: String,
+}
+
+impl Placeholders {
+    pub fn current(env: impl Fn(&str) -> Option<String>) -> Placeholders {
+        let rank = ["RANK", "LOCAL_RANK", "SLURM_PROCID"]
+            .iter()
+            .find_map(|k| env(k).filter(|v| !v.trim().is_empty()))
+            .unwrap_or_else(|| "0".to_string());
+        Placeholders {
+            pid: std::process::id(),
+            host: hostname(),
+            rank,
+            time: utc_stamp(clock::unix_ns() / 1_000_000_000),
+        }
+    }
+}
+
+/// Expands `%p`, `%h`, `%r`, `%t` and `%%`; any other `%x` is kept as written.
+pub fn expand(template: &str, ph: &Placeholders) -> String {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&ph.pid.to_string()),
+            Some('h') => out.push_str(&ph.host),
+            Some('r') => out.push_str(&ph.rank),
+            Some('t') => out.push_str(&ph.time),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buffer and length match; gethostname NUL-terminates when it fits.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len() - 1) };
+    if rc != 0 {
+        return "unknown".to_string();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC.
+pub fn utc_stamp(secs: u64) -> String {
+    let t = secs as libc::time_t;
+    // SAFETY: zeroed tm is a valid out-buffer for gmtime_r.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers.
+    unsafe { libc::gmtime_r(&t, &mut tm) };
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+/// Creates the trace file exclusively (`O_EXCL|O_NOFOLLOW`, mode 0600). If the path
+/// exists (or is a symlink), tries `path.1`, `path.2`, ... Returns the file and the
+/// path actually used.
+pub fn create_exclusive(path: &str) -> std::io::Result<(File, String)> {
+    let mut last = None;
+    for i in 0..100 {
+        let candidate = if i == 0 {
+            path.to_string()
+        } else {
+            format!("{path}.{i}")
+        };
+        let c = CString::new(candidate.clone())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))?;
+        // SAFETY: valid C string; flags and mode are plain integers.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: we own the fresh descriptor.
+            return Ok((unsafe { File::from_raw_fd(fd) }, candidate));
+        }
+        let err = std::io::Error::last_os_error();
+        // EEXIST: a file or a symlink is already there; ELOOP: O_NOFOLLOW met a symlink.
+        match err.raw_os_error() {
+            Some(libc::EEXIST) | Some(libc::ELOOP) => last = Some(err),
+            _ => return Err(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free file name")))
+}
+
+/// Environment variables recorded in the header: an allow-list, never the whole
+/// environment (it may hold secrets).
+pub const ENV_ALLOW: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_MODULE_LOADING",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_JOB_ID",
+];
+
+/// The process's argv from /proc/self/cmdline, capped (64 arguments of 4 KiB).
+pub fn argv() -> Vec<String> {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    raw.split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .take(64)
+        .map(|a| String::from_utf8_lossy(&a[..a.len().min(4096)]).into_owned())
+        .collect()
+}
+
+/// The JSON header written after the magic bytes.
+pub fn header(
+    cfg: &Config,
+    ph: &Placeholders,
+    path: &str,
+    start_monotonic_ns: u64,
+    apis: serde_json::Value,
+    env: impl Fn(&str) -> Option<String>,
+) -> serde_json::Value {
+    let mut envmap = serde_json::Map::new();
+    for k in ENV_ALLOW {
+        if let Some(v) = env(k) {
+            envmap.insert((*k).to_string(), serde_json::Value::String(v));
+        }
+    }
+    serde_json::json!({
+        "format": "gpumemprof-trace",
+        "format_version": gpumemprof_format::FORMAT_VERSION,
+        "shim_version": env!("CARGO_PKG_VERSION"),
+        "pid": ph.pid,
+        // SAFETY: getppid has no preconditions.
+        "ppid": unsafe { libc::getppid() },
+        "host": ph.host,
+        "rank": ph.rank,
+        "argv": argv(),
+        "exe": std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        "path": path,
+        "start_time_unix_ns": clock::unix_ns(),
+        "start_monotonic_ns": start_monotonic_ns,
+        "clock": "CLOCK_MONOTONIC",
+        "config": cfg.to_json(),
+        "env": envmap,
+        "apis": apis,
+        "mem_kinds": ["device", "managed", "pinned_host"],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ph() -> Placeholders {
+        Placeholders {
+            pid: 42,
+            host: "node7".into(),
+            rank: "3".into(),
+            time: "20260102-030405".into(),
+        }
+    }
+
+    #[test]
+    fn template_placeholders() {
+        assert_eq!(
+            expand("/t/%h-%p-r%r-%t.trace", &ph()),
+            "/t/node7-42-r3-20260102-030405.trace"
+        );
+        assert_eq!(expand("100%%-%x-%", &ph()), "100%-%x-%");
+    }
+
+    #[test]
+    fn rank_comes_from_the_first_set_variable() {
+        let p = Placeholders::current(|k| (k == "LOCAL_RANK").then(|| "5".to_string()));
+        assert_eq!(p.rank, "5");
+        let p = Placeholders::current(|_| None);
+        assert_eq!(p.rank, "0");
+    }
+
+    #[test]
+    fn utc_stamp_of_a_known_instant() {
+        assert_eq!(utc_stamp(1_767_323_045), "20260102-030405");
+    }
+
+    #[test]
+    fn existing_files_and_symlinks_are_never_reused() {
+        let dir = std::env::temp_dir().join(format!("gmp-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("t.trace");
+        std::fs::write(&p, b"keep").unwrap();
+        let target = dir.join("victim");
+        std::fs::write(&target, b"victim").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join("t.trace.1")).unwrap();
+        let (_f, used) = create_exclusive(p.to_str().unwrap()).unwrap();
+        assert_eq!(used, format!("{}.2", p.display()));
+        assert_eq!(std::fs::read(&p).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&target).unwrap(), b"victim");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&used).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

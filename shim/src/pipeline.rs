@@ -1,0 +1,487 @@
+//! The event pipeline: hooked threads push events into one bounded lock-free queue;
+//! one writer thread drains it, interns stacks, puts events back in time order,
+//! encodes them and writes compressed blocks.
+//!
+//! ```text
+//!  thread A ─┐ push (lock-free; full queue => wait, counted)
+//!  thread B ─┼──────────► ArrayQueue<Event> ──► writer thread:
+//!  thread C ─┘                                  pop all → intern stacks (Stack records first)
+//!                                               → reorder buffer sorted by time
+//!                                               → encode events older than REORDER_WINDOW
+//!                                               → every flush_ms (or 1 MiB): Stats + zstd block, one write(2)
+//! ```
+//!
+//! Why reorder: a free is stamped before the real call and an allocation after it, so
+//! when thread A frees an address that thread B gets back at once, A's free is always
+//! older than B's allocation; but A may push later than B. Sorting a short window by
+//! time puts them back in happens-before order.
+//!
+//! Lossless: a producer that finds the queue full waits for the writer. After shutdown
+//! (the final flush at exit) the writer thread is gone; events that still arrive (CUDA's
+//! own atexit frees) are written synchronously by the calling thread under the writer
+//! lock, each followed by an updated End record.
+
+use crate::clock;
+use crate::event::{Event, EventKind};
+use crate::lifecycle;
+use crate::modules;
+use crossbeam_queue::ArrayQueue;
+use gpumemprof_format::{
+    Alloc, AllocFailed, Free, MemKind, Module, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
+};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::thread::Thread;
+use std::time::Duration;
+
+/// Events younger than this stay in the reorder buffer: far longer than the few
+/// microseconds between a hook's timestamp and its push.
+const REORDER_WINDOW_NS: u64 = 2_000_000;
+/// The reorder buffer is emitted whole if it grows past this many events.
+const REORDER_MAX: usize = 1 << 20;
+/// Events popped per writer round before the buffer is processed.
+const DRAIN_BATCH: usize = 1 << 16;
+/// zstd level: 3 is zstd's default, fast enough for millions of events/s.
+pub const ZSTD_LEVEL: i32 = 3;
+
+pub struct Pipeline {
+    queue: ArrayQueue<Event>,
+    core: Mutex<WriterCore>,
+    writer: Mutex<Option<Thread>>,
+    writer_sleeping: AtomicBool,
+    wake_threshold: usize,
+    queue_waits: AtomicU64,
+    shutdown_requested: AtomicBool,
+    writer_done: AtomicBool,
+    /// `gpumemprof_flush()` requests and the writer's acknowledgements.
+    flush_requests: AtomicU64,
+    flush_done: AtomicU64,
+    flush_ns: u64,
+    start_ns: u64,
+}
+
+/// Events as they wait in the reorder buffer: already interned, without frames.
+#[derive(Clone, Copy)]
+enum Pending {
+    Alloc(Alloc),
+    Free(Free),
+    Failed(AllocFailed),
+}
+
+impl Pending {
+    fn time(&self) -> u64 {
+        match self {
+            Pending::Alloc(a) => a.time_ns,
+            Pending::Free(f) => f.time_ns,
+            Pending::Failed(f) => f.time_ns,
+        }
+    }
+}
+
+/// FxHash-style hasher for stack interning (frames are already well-mixed addresses).
+#[derive(Default)]
+struct FxHasher(u64);
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+pub struct WriterCore {
+    out: TraceWriter<File>,
+    path: String,
+    start_ns: u64,
+    stacks: FxMap<Box<[u64]>, u64>,
+    next_stack: u64,
+    pending: Vec<Pending>,
+    module_gen: (u64, u64),
+    known_modules: HashSet<(u64, String)>,
+    events: u64,
+    dropped: u64,
+    last_flush_ns: u64,
+    io_failed: bool,
+}
+
+impl WriterCore {
+    pub fn new(out: TraceWriter<File>, path: String, start_ns: u64) -> WriterCore {
+        let mut core = WriterCore {
+            out,
+            path,
+            start_ns,
+            stacks: FxMap::default(),
+            next_stack: 1,
+            pending: Vec::with_capacity(4096),
+            module_gen: (0, 0),
+            known_modules: HashSet::new(),
+            events: 0,
+            dropped: 0,
+            last_flush_ns: start_ns,
+            io_failed: false,
+        };
+        core.refresh_modules(start_ns);
+        core
+    }
+
+    /// Records modules loaded since the last scan (only scans when the loader's
+    /// counters moved).
+    pub fn refresh_modules(&mut self, now: u64) -> Vec<Module> {
+        let gen = modules::generation();
+        if gen == self.module_gen {
+            return Vec::new();
+        }
+        self.module_gen = gen;
+        let t = now.saturating_sub(self.start_ns);
+        let mut fresh = Vec::new();
+        for m in modules::scan(t) {
+            if self.known_modules.insert((m.start, m.path.clone())) {
+                self.out.encoder().module(&m);
+                fresh.push(m);
+            }
+        }
+        fresh
+    }
+
+    fn intern(&mut self, frames: &[u64]) -> u64 {
+        if frames.is_empty() {
+            return 0;
+        }
+        if let Some(&id) = self.stacks.get(frames) {
+            return id;
+        }
+        let id = self.next_stack;
+        self.next_stack += 1;
+        self.stacks.insert(frames.into(), id);
+        self.out.encoder().stack(id, frames);
+        id
+    }
+
+    /// Interns the event's stack (writing its definition) and queues it for ordering.
+    fn accept(&mut self, ev: &Event) {
+        let stack = self.intern(ev.stack());
+        let time_ns = ev.time_ns.saturating_sub(self.start_ns);
+        let p = match ev.kind {
+            EventKind::Alloc => Pending::Alloc(Alloc {
+                time_ns,
+                tid: ev.tid,
+                api: ev.api,
+                kind: MemKind::from_u8(ev.mem),
+                device: ev.device,
+                address: ev.address,
+                size: ev.size,
+                stream: ev.stream,
+                pool: ev.pool,
+                stack,
+            }),
+            EventKind::Free => Pending::Free(Free {
+                time_ns,
+                tid: ev.tid,
+                api: ev.api,
+                address: ev.address,
+                stream: ev.stream,
+                stack,
+                result: ev.result,
+                flags: ev.flags,
+            }),
+            EventKind::AllocFailed => Pending::Failed(AllocFailed {
+                time_ns,
+                tid: ev.tid,
+                api: ev.api,
+                kind: MemKind::from_u8(ev.mem),
+                device: ev.device,
+                size: ev.size,
+                stream: ev.stream,
+                pool: ev.pool,
+                stack,
+                result: ev.result,
+            }),
+        };
+        self.pending.push(p);
+    }
+
+    /// Encodes, in time order, every pending event stamped at or before `cutoff`
+    /// (relative ns); `None` emits everything.
+    fn emit(&mut self, cutoff: Option<u64>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        // Stable: events of one thread keep their program order on equal stamps.
+        self.pending.sort_by_key(Pending::time);
+        let n = match cutoff {
+            Some(c) if self.pending.len() < REORDER_MAX => {
+                self.pending.partition_point(|p| p.time() <= c)
+            }
+            _ => self.pending.len(),
+        };
+        for i in 0..n {
+            let p = self.pending[i];
+            let enc = self.out.encoder();
+            match p {
+                Pending::Alloc(a) => enc.alloc(&a),
+                Pending::Free(f) => enc.free(&f),
+                Pending::Failed(f) => enc.alloc_failed(&f),
+            }
+            self.events += 1;
+            if self.out.encoder().len() >= BLOCK_FLUSH_BYTES {
+                self.flush_block();
+            }
+        }
+        self.pending.drain(..n);
+    }
+
+    fn stats(&self, queue_waits: u64, now: u64) -> Stats {
+        Stats {
+            time_ns: now.saturating_sub(self.start_ns),
+            events: self.events,
+            queue_waits,
+            dropped: self.dropped,
+        }
+    }
+
+    /// Compresses and writes the current block with one write(2). On an I/O error
+    /// (disk full, file removed) writing stops for good and later events are counted
+    /// as dropped: a half-written block in the middle would hide every later one.
+    fn flush_block(&mut self) {
+        if self.io_failed {
+            self.dropped += self.out.encoder().records();
+            self.out.encoder().clear();
+            return;
+        }
+        if let Err(e) = self.out.flush_block() {
+            self.io_failed = true;
+            self.dropped += self.out.encoder().records();
+            self.out.encoder().clear();
+            lifecycle::warn(&format!(
+                "cannot write to the trace file {}: {e}; recording stops here",
+                self.path
+            ));
+        }
+    }
+
+    fn periodic_flush(&mut self, queue_waits: u64, now: u64) {
+        self.refresh_modules(now);
+        let s = self.stats(queue_waits, now);
+        self.out.encoder().stats(&s);
+        self.flush_block();
+        self.last_flush_ns = now;
+    }
+
+    fn finish(&mut self, queue_waits: u64) {
+        let now = clock::now_ns();
+        self.emit(None);
+        self.refresh_modules(now);
+        let s = self.stats(queue_waits, now);
+        self.out.encoder().end(&s);
+        self.flush_block();
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Pipeline {
+    pub fn new(core: WriterCore, capacity: usize, flush_ms: u64, start_ns: u64) -> Pipeline {
+        Pipeline {
+            queue: ArrayQueue::new(capacity),
+            core: Mutex::new(core),
+            writer: Mutex::new(None),
+            writer_sleeping: AtomicBool::new(false),
+            wake_threshold: (capacity / 4).max(1),
+            queue_waits: AtomicU64::new(0),
+            shutdown_requested: AtomicBool::new(false),
+            writer_done: AtomicBool::new(false),
+            flush_requests: AtomicU64::new(0),
+            flush_done: AtomicU64::new(0),
+            flush_ns: flush_ms * 1_000_000,
+            start_ns,
+        }
+    }
+
+    pub fn set_writer(&self, t: Thread) {
+        *self.writer.lock() = Some(t);
+    }
+
+    fn wake_writer(&self) {
+        if self.writer_sleeping.swap(false, Ordering::AcqRel) {
+            if let Some(t) = self.writer.lock().as_ref() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Hands one event to the writer. Never loses it: waits while the queue is full,
+    /// and writes it itself once the writer thread has finished.
+    #[inline]
+    pub fn push(&self, ev: Event) {
+        let mut ev = ev;
+        let mut waited = false;
+        let mut spins = 0u32;
+        loop {
+            match self.queue.push(ev) {
+                Ok(()) => break,
+                Err(back) => {
+                    ev = back;
+                    if !waited {
+                        waited = true;
+                        self.queue_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if self.writer_done.load(Ordering::Acquire) {
+                        self.write_late(Some(&ev));
+                        return;
+                    }
+                    self.writer_sleeping.store(true, Ordering::Release);
+                    self.wake_writer();
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else if spins < 256 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            }
+        }
+        // Pairs with the fence in `writer_finish`: either the writer's last drain sees
+        // this event, or this thread sees `writer_done` and writes it itself.
+        fence(Ordering::SeqCst);
+        if self.writer_done.load(Ordering::Relaxed) {
+            self.write_late(None);
+            return;
+        }
+        if self.writer_sleeping.load(Ordering::Relaxed) && self.queue.len() >= self.wake_threshold {
+            self.wake_writer();
+        }
+    }
+
+    /// After the writer finished: drains what is left in the queue (and `ev`) straight
+    /// into the file, followed by an updated End record.
+    fn write_late(&self, ev: Option<&Event>) {
+        let mut core = self.core.lock();
+        while let Some(e) = self.queue.pop() {
+            core.accept(&e);
+        }
+        if let Some(e) = ev {
+            core.accept(e);
+        }
+        core.finish(self.queue_waits.load(Ordering::Relaxed));
+    }
+
+    /// The writer thread's body.
+    pub fn run_writer(&self) {
+        crate::guard::mark_internal_thread();
+        loop {
+            let shutting = self.shutdown_requested.load(Ordering::Acquire);
+            let busy = {
+                let mut core = self.core.lock();
+                let mut n = 0;
+                while let Some(e) = self.queue.pop() {
+                    core.accept(&e);
+                    n += 1;
+                    if n >= DRAIN_BATCH {
+                        break;
+                    }
+                }
+                let now = clock::now_ns();
+                let rel = now.saturating_sub(self.start_ns);
+                core.emit(Some(rel.saturating_sub(REORDER_WINDOW_NS)));
+                if shutting {
+                    break;
+                }
+                let asked = self.flush_requests.load(Ordering::Acquire);
+                if asked > self.flush_done.load(Ordering::Relaxed) {
+                    // Everything pushed before the request is in the queue or pending.
+                    core.emit(None);
+                    core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
+                    self.flush_done.store(asked, Ordering::Release);
+                } else if now.saturating_sub(core.last_flush_ns) >= self.flush_ns {
+                    core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
+                }
+                n >= DRAIN_BATCH
+            };
+            if busy {
+                continue;
+            }
+            // Nothing queued: sleep until the next flush, or until producers fill a
+            // quarter of the queue (they unpark us), or the reorder window passes.
+            self.writer_sleeping.store(true, Ordering::Release);
+            if self.queue.is_empty() && !self.shutdown_requested.load(Ordering::Acquire) {
+                let has_pending = !self.core.lock().pending.is_empty();
+                let nap = if has_pending {
+                    Duration::from_nanos(REORDER_WINDOW_NS)
+                } else {
+                    Duration::from_nanos(self.flush_ns.min(100_000_000))
+                };
+                std::thread::park_timeout(nap);
+            }
+            self.writer_sleeping.store(false, Ordering::Release);
+        }
+        self.writer_finish();
+    }
+
+    fn writer_finish(&self) {
+        let mut core = self.core.lock();
+        self.writer_done.store(true, Ordering::Release);
+        lifecycle::mark_shutdown();
+        fence(Ordering::SeqCst);
+        while let Some(e) = self.queue.pop() {
+            core.accept(&e);
+        }
+        core.finish(self.queue_waits.load(Ordering::Relaxed));
+    }
+
+    /// Writes every event pushed so far to the file (not merely queued) and returns
+    /// once it is there, or after `timeout` (false).
+    pub fn flush_now(&self, timeout: Duration) -> bool {
+        if self.writer_done.load(Ordering::Acquire) {
+            return true; // events after shutdown are written synchronously
+        }
+        let target = self.flush_requests.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            self.writer_sleeping.store(true, Ordering::Release);
+            self.wake_writer();
+            if self.flush_done.load(Ordering::Acquire) >= target
+                || self.writer_done.load(Ordering::Acquire)
+            {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Asks the writer to drain, write the End record and stop; waits up to `timeout`.
+    /// Returns the number of events written, or None if the writer did not finish.
+    pub fn shutdown(&self, timeout: Duration) -> Option<(u64, String)> {
+        self.shutdown_requested.store(true, Ordering::Release);
+        self.writer_sleeping.store(true, Ordering::Release);
+        self.wake_writer();
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.writer_done.load(Ordering::Acquire) {
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let core = self.core.lock();
+        Some((core.events, core.path().to_string()))
+    }
+}

@@ -1,0 +1,353 @@
+//! End to end: real C programs, linked with `-lcudart` against the simulated runtime, run
+//! under `LD_PRELOAD=libgpumemprof.so`; the assertions are exact numbers on the decoded
+//! trace and on the analyzer's JSON, for the situations the programs stand for.
+
+use gpumemprof_format::{MemKind, Record, FREE_STREAM_ORDERED};
+use gpumemprof_tests::profiled::*;
+use gpumemprof_tests::source_line_of;
+use std::collections::{BTreeMap, HashMap};
+
+const MIB: u64 = 1 << 20;
+
+fn frame_is(frame: &serde_json::Value, function: &str, file_suffix: &str, line: u32) -> bool {
+    frame["function"] == function
+        && frame["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with(file_suffix))
+        && frame["line"] == line
+}
+
+#[test]
+fn training_loop_leak_is_reported_at_its_line_with_bytes_and_count() {
+    let dir = scratch("train_leak");
+    let run = run_profiled(&dir, "train_leak", &["20"], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+
+    let leaks = report("leaks", &run.trace, &[]);
+    assert_eq!(leaks["schema_version"], 1);
+    assert_eq!(leaks["trace"]["complete"], true);
+    assert_eq!(leaks["trace"]["dropped"], 0);
+    assert_eq!(leaks["total_bytes"], 20 * MIB);
+    assert_eq!(leaks["total_count"], 20);
+    let groups = leaks["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "one leaking site: {groups:#?}");
+    let g = &groups[0];
+    assert_eq!(g["bytes"], 20 * MIB);
+    assert_eq!(g["count"], 20);
+    assert_eq!(g["kind"], "device");
+    assert_eq!(g["devices"], serde_json::json!([0]));
+    let line = source_line_of("examples/train_leak.c", "GPUMEMPROF-LEAK");
+    let top = &g["frames"][0];
+    assert!(
+        frame_is(top, "keep_for_logging", "examples/train_leak.c", line),
+        "innermost frame should be keep_for_logging at train_leak.c:{line}, got {top}"
+    );
+    let functions: Vec<&str> = g["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert!(
+        functions.starts_with(&["keep_for_logging", "train_step", "main"]),
+        "{functions:?}"
+    );
+}
+
+#[test]
+fn training_loop_summary_and_peak_are_exact() {
+    let dir = scratch("train_peak");
+    let run = run_profiled(&dir, "train_leak", &["20"], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+
+    // 1 + 5*S allocations, 1 + 4*S frees; peak (94 + S) MiB in the last step.
+    let s = report("summary", &run.trace, &[]);
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let r = &rows[0];
+    assert_eq!(
+        (r["device"].as_i64(), r["kind"].as_str()),
+        (Some(0), Some("device"))
+    );
+    assert_eq!(r["allocations"], 101);
+    assert_eq!(r["frees"], 81);
+    assert_eq!(
+        r["bytes_allocated"],
+        64 * MIB + 20 * (8 + 4 + 2 + 16 + 1) * MIB
+    );
+    assert_eq!(r["bytes_freed"], 64 * MIB + 20 * (8 + 4 + 2 + 16) * MIB);
+    assert_eq!(r["peak_bytes"], 114 * MIB);
+    assert_eq!(r["live_bytes_at_end"], 20 * MIB);
+    assert_eq!(r["live_allocations_at_end"], 20);
+    assert_eq!(r["failed_allocations"], 0);
+    assert_eq!(s["totals"]["peak_bytes"], 114 * MIB);
+    assert_eq!(s["unknown_frees"], 0);
+    assert_eq!(s["failed_frees"], 0);
+
+    // At the peak: weights, the four step buffers, and the 20 logging buffers.
+    let p = report("peak", &run.trace, &["--top", "100"]);
+    let peaks = p["peaks"].as_array().unwrap();
+    assert_eq!(peaks.len(), 1);
+    assert_eq!(peaks[0]["peak_bytes"], 114 * MIB);
+    let mut by_line: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for site in peaks[0]["sites"].as_array().unwrap() {
+        let line = site["frames"][0]["line"].as_u64().unwrap() as u32;
+        by_line.insert(
+            line,
+            (
+                site["bytes"].as_u64().unwrap(),
+                site["count"].as_u64().unwrap(),
+            ),
+        );
+    }
+    let at = |m: &str| source_line_of("examples/train_leak.c", m);
+    let want: BTreeMap<u32, (u64, u64)> = [
+        (at("GPUMEMPROF-WEIGHTS"), (64 * MIB, 1)),
+        (at("GPUMEMPROF-ACT-8M"), (8 * MIB, 1)),
+        (at("GPUMEMPROF-ACT-4M"), (4 * MIB, 1)),
+        (at("GPUMEMPROF-ACT-2M"), (2 * MIB, 1)),
+        (at("GPUMEMPROF-GRAD"), (16 * MIB, 1)),
+        (at("GPUMEMPROF-LEAK"), (20 * MIB, 20)),
+    ]
+    .into();
+    assert_eq!(by_line, want);
+}
+
+#[test]
+fn eight_threads_of_100000_pairs_lose_no_event() {
+    let dir = scratch("threads");
+    let run = run_profiled(&dir, "threads", &["8", "100000", "4096"], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stdout().trim(), "threads=8 pairs=100000 ok");
+
+    let (header, records) = decode(&run.trace);
+    let malloc = api_id(&header, "cudaMalloc");
+    let free = api_id(&header, "cudaFree");
+    let mut per_thread: HashMap<u32, (u64, u64)> = HashMap::new();
+    let mut end = None;
+    for r in &records {
+        match r {
+            Record::Alloc(a) => {
+                assert_eq!((a.api, a.size, a.kind), (malloc, 4096, MemKind::Device));
+                per_thread.entry(a.tid).or_default().0 += 1;
+            }
+            Record::Free(f) => {
+                assert_eq!((f.api, f.result), (free, 0));
+                per_thread.entry(f.tid).or_default().1 += 1;
+            }
+            Record::End(s) => end = Some(*s),
+            _ => {}
+        }
+    }
+    assert_eq!(per_thread.len(), 8, "eight allocating threads");
+    for (tid, counts) in &per_thread {
+        assert_eq!(*counts, (100_000, 100_000), "thread {tid}");
+    }
+    let end = end.expect("the trace was closed cleanly");
+    assert_eq!(end.events, 1_600_000);
+    assert_eq!(end.dropped, 0);
+
+    // Address reuse across threads replays cleanly: every free finds its allocation.
+    let s = report("summary", &run.trace, &[]);
+    assert_eq!(s["totals"]["allocations"], 800_000);
+    assert_eq!(s["totals"]["frees"], 800_000);
+    assert_eq!(s["totals"]["live_bytes_at_end"], 0);
+    assert_eq!(s["unknown_frees"], 0);
+    assert_eq!(s["trace"]["dropped"], 0);
+}
+
+#[test]
+fn every_runtime_api_is_recorded_with_its_kind_size_stream_and_pool() {
+    let dir = scratch("all_apis");
+    let run = run_profiled(&dir, "all_apis", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+
+    let s = report("summary", &run.trace, &[]);
+    let rows: Vec<(i64, String, u64, u64, u64, u64)> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["device"].as_i64().unwrap(),
+                r["kind"].as_str().unwrap().to_string(),
+                r["allocations"].as_u64().unwrap(),
+                r["frees"].as_u64().unwrap(),
+                r["live_bytes_at_end"].as_u64().unwrap(),
+                r["live_allocations_at_end"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // The counts documented at the top of tests/programs/all_apis.c.
+    assert_eq!(
+        rows,
+        vec![
+            (0, "device".into(), 9, 8, 5 * MIB, 1),
+            (0, "managed".into(), 2, 1, 3 * MIB, 1),
+            (0, "pinned_host".into(), 3, 2, 2 * MIB, 1),
+            (1, "device".into(), 2, 2, 0, 0),
+        ]
+    );
+    assert_eq!(s["failed_allocations"], 16);
+    assert_eq!(s["failed_frees"], 8);
+    assert_eq!(s["unknown_frees"], 0);
+    assert_eq!(s["totals"]["live_bytes_at_end"], 10 * MIB);
+
+    let (header, records) = decode(&run.trace);
+    let name: HashMap<u16, String> = header["apis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["id"].as_u64().unwrap() as u16,
+                a["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut allocs: BTreeMap<String, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    let mut frees: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut oom = Vec::new();
+    for r in &records {
+        match r {
+            Record::Alloc(a) => allocs
+                .entry(name[&a.api].clone())
+                .or_default()
+                .push((a.size, a.stream, a.pool)),
+            Record::Free(f) => {
+                let e = frees.entry(name[&f.api].clone()).or_default();
+                if f.result == 0 {
+                    e.0 += 1;
+                } else {
+                    e.1 += 1;
+                }
+                let ordered = f.flags & FREE_STREAM_ORDERED != 0;
+                assert_eq!(ordered, name[&f.api].starts_with("cudaFreeAsync"), "{f:?}");
+            }
+            Record::AllocFailed(f) if f.result == 2 => oom.push((name[&f.api].clone(), f.size)),
+            _ => {}
+        }
+    }
+    let count = |n: &str| allocs.get(n).map_or(0, Vec::len);
+    assert_eq!(count("cudaMalloc"), 5);
+    assert_eq!(count("cudaMallocAsync"), 1);
+    assert_eq!(count("cudaMallocAsync_ptsz"), 1);
+    assert_eq!(count("cudaMallocFromPoolAsync"), 2);
+    assert_eq!(count("cudaMallocManaged"), 2);
+    assert_eq!(count("cudaMallocHost"), 1);
+    assert_eq!(count("cudaHostAlloc"), 2);
+    // Pitched allocations record what was reserved: pitch x rows (x depth).
+    assert_eq!(allocs["cudaMallocPitch"], vec![(1024 * 10, 0, 0)]);
+    assert_eq!(allocs["cudaMalloc3D"], vec![(512 * 4 * 3, 0, 0)]);
+    // Stream-ordered allocations carry their stream; pool allocations their pool.
+    assert!(
+        allocs["cudaMallocAsync"].iter().all(|a| a.1 != 0),
+        "{allocs:?}"
+    );
+    let pools: Vec<u64> = allocs["cudaMallocFromPoolAsync"]
+        .iter()
+        .map(|a| a.2)
+        .collect();
+    assert_eq!(pools, vec![0x1000, 0x1001]);
+    // Successful and failed frees per API (NULL frees are not recorded).
+    let ok = |n: &str| frees.get(n).map_or(0, |f| f.0);
+    assert_eq!(
+        ok("cudaFree") + ok("cudaFreeAsync") + ok("cudaFreeAsync_ptsz"),
+        11
+    );
+    assert_eq!(ok("cudaFreeAsync_ptsz"), 1);
+    assert_eq!(ok("cudaFreeHost"), 2);
+    assert_eq!(frees.values().map(|f| f.1).sum::<u64>(), 8);
+    oom.sort();
+    assert_eq!(
+        oom,
+        vec![
+            ("cudaMalloc".to_string(), 2u64 << 30),
+            ("cudaMallocHost".to_string(), 1u64 << 62),
+            ("cudaMallocManaged".to_string(), 2u64 << 30),
+        ]
+    );
+}
+
+#[test]
+fn allocation_in_a_constructor_before_main_is_recorded_with_its_stack() {
+    let dir = scratch("ctor");
+    let run = run_profiled(&dir, "ctor_alloc", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let leaks = report("leaks", &run.trace, &[]);
+    assert_eq!(leaks["total_bytes"], 2 * MIB);
+    assert_eq!(leaks["total_count"], 1);
+    let line = source_line_of("examples/ctor_alloc.c", "GPUMEMPROF-CTOR");
+    let top = &leaks["groups"][0]["frames"][0];
+    assert!(
+        top["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("examples/ctor_alloc.c"))
+            && top["line"] == line,
+        "expected ctor_alloc.c:{line}, got {top}"
+    );
+    let s = report("summary", &run.trace, &[]);
+    assert_eq!(s["totals"]["allocations"], 2);
+    assert_eq!(s["totals"]["frees"], 1);
+    assert_eq!(s["totals"]["peak_bytes"], 3 * MIB);
+}
+
+#[test]
+fn header_names_the_process_and_config_and_only_allowed_environment() {
+    let dir = scratch("header");
+    let run = run_profiled(
+        &dir,
+        "train_leak",
+        &["2"],
+        &[
+            ("GPUMEMPROF_STACK_DEPTH", "3"),
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("MY_SECRET_TOKEN", "hunter2"),
+        ],
+    );
+    assert_eq!(run.output.status.code(), Some(0));
+    let (h, records) = decode(&run.trace);
+    assert_eq!(h["format"], "gpumemprof-trace");
+    assert_eq!(h["argv"][1], "2");
+    assert!(h["exe"].as_str().unwrap().ends_with("/train_leak"));
+    assert_eq!(h["config"]["stacks"], "full");
+    assert_eq!(h["config"]["stack_depth"], 3);
+    assert_eq!(h["env"], serde_json::json!({"CUDA_VISIBLE_DEVICES": "0"}));
+    assert!(!std::fs::read_to_string(&run.trace)
+        .unwrap_or_default()
+        .contains("hunter2"));
+    // The depth limit holds for every stack.
+    let depths: Vec<usize> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack { frames, .. } => Some(frames.len()),
+            _ => None,
+        })
+        .collect();
+    assert!(!depths.is_empty());
+    assert!(depths.iter().all(|&d| d == 3), "{depths:?}");
+    // Modules are recorded so the analyzer can symbolize: the program itself, with a build-id.
+    assert!(records.iter().any(|r| matches!(r,
+        Record::Module(m) if m.path.ends_with("/train_leak") && !m.build_id.is_empty())));
+}
+
+#[test]
+fn stacks_off_records_events_without_stacks() {
+    let dir = scratch("stacks_off");
+    let run = run_profiled(&dir, "train_leak", &["5"], &[("GPUMEMPROF_STACKS", "off")]);
+    assert_eq!(run.output.status.code(), Some(0));
+    let (_, records) = decode(&run.trace);
+    assert!(!records.iter().any(|r| matches!(r, Record::Stack { .. })));
+    let allocs: Vec<u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Alloc(a) => Some(a.stack),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(allocs.len(), 26);
+    assert!(allocs.iter().all(|&s| s == 0));
+    let leaks = report("leaks", &run.trace, &[]);
+    assert_eq!(leaks["total_bytes"], 5 * MIB);
+    assert_eq!(leaks["total_count"], 5);
+}

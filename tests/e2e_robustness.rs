@@ -1,0 +1,249 @@
+//! End to end: the profiled program behaves exactly as without the shim, the shim
+//! degrades to a pass-through when it cannot work, traces cut anywhere still read, and
+//! bad input to the analyzer is a one-line error with exit code 5.
+
+use gpumemprof_format::{Record, TraceReader};
+use gpumemprof_tests::profiled::*;
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn programs_behave_exactly_as_without_the_shim() {
+    let dir = scratch("unchanged");
+    let cases: &[(&str, &[&str])] = &[
+        ("all_apis", &[]),
+        ("train_leak", &["7"]),
+        ("ctor_alloc", &[]),
+        ("threads", &["4", "2000", "512"]),
+        ("flush_exit", &[]),
+    ];
+    for (name, args) in cases {
+        let plain = run_plain(name, args, &[]);
+        let run = run_profiled(&dir, name, args, &[]);
+        let stdout_plain = String::from_utf8_lossy(&plain.stdout);
+        // flush_exit reports whether the shim's flush exists: the only intended difference.
+        let expected = stdout_plain.replace("flush absent", "flush rc=0");
+        assert_eq!(run.stdout(), expected, "{name}: stdout differs");
+        assert_eq!(
+            run.output.status.code(),
+            plain.status.code(),
+            "{name}: exit code differs"
+        );
+        assert_eq!(
+            without_shim_lines(&run.stderr()),
+            String::from_utf8_lossy(&plain.stderr),
+            "{name}: stderr differs"
+        );
+        assert!(run.trace.is_file(), "{name}: no trace written");
+    }
+}
+
+#[test]
+fn a_trace_path_that_cannot_be_created_warns_once_and_passes_through() {
+    let plain = run_plain("train_leak", &["3"], &[]);
+    let mut cmd = gpumemprof_tests::program_command("train_leak");
+    let out = cmd
+        .arg("3")
+        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
+        .env("GPUMEMPROF_OUTPUT", "/nonexistent-dir/x/%p.trace")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.stdout, plain.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines = shim_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0]
+        .starts_with("gpumemprof: warning: cannot create the trace file /nonexistent-dir/x/"));
+    assert!(
+        lines[0].ends_with("the program runs without profiling"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[test]
+fn disabled_shim_creates_no_file_and_prints_nothing() {
+    let dir = scratch("disabled");
+    let run = run_profiled(&dir, "train_leak", &["3"], &[("GPUMEMPROF_DISABLE", "1")]);
+    assert_eq!(run.output.status.code(), Some(0));
+    assert!(!run.trace.exists());
+    assert!(shim_lines(&run.stderr()).is_empty(), "{}", run.stderr());
+}
+
+#[test]
+fn quiet_silences_the_trace_lines_and_placeholders_expand() {
+    let dir = scratch("quiet");
+    let template = dir.join("job-r%r-%p.trace");
+    let mut cmd = gpumemprof_tests::program_command("train_leak");
+    let child = cmd
+        .arg("2")
+        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
+        .env("GPUMEMPROF_OUTPUT", &template)
+        .env("GPUMEMPROF_QUIET", "1")
+        .env("RANK", "3")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = dir.join(format!("job-r3-{pid}.trace"));
+    assert!(expected.is_file(), "missing {}", expected.display());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&expected).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn an_existing_trace_or_symlink_is_never_overwritten() {
+    let dir = scratch("no_clobber");
+    let trace = dir.join("train_leak.trace");
+    std::fs::write(&trace, b"precious").unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"victim").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("train_leak.trace.1")).unwrap();
+    let run = run_profiled(&dir, "train_leak", &["2"], &[]);
+    assert_eq!(run.output.status.code(), Some(0));
+    assert_eq!(std::fs::read(&trace).unwrap(), b"precious");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+    let used = dir.join("train_leak.trace.2");
+    let lines = shim_lines(&run.stderr()).join("\n");
+    assert!(lines.contains(&used.display().to_string()), "{lines}");
+    assert_eq!(report("leaks", &used, &[])["total_bytes"], 2 * MIB);
+}
+
+#[test]
+fn flush_then_exit_without_handlers_keeps_every_event() {
+    let dir = scratch("flush_exit");
+    let run = run_profiled(&dir, "flush_exit", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(0));
+    assert_eq!(run.stdout(), "flush rc=0\n");
+    let (_, records) = decode(&run.trace);
+    let allocs = records
+        .iter()
+        .filter(|r| matches!(r, Record::Alloc(_)))
+        .count();
+    let frees = records
+        .iter()
+        .filter(|r| matches!(r, Record::Free(_)))
+        .count();
+    assert_eq!((allocs, frees), (3, 1));
+    assert!(
+        !records.iter().any(|r| matches!(r, Record::End(_))),
+        "_exit skips the final flush"
+    );
+    let leaks = report("leaks", &run.trace, &[]);
+    assert_eq!(leaks["trace"]["complete"], false);
+    assert_eq!(leaks["total_bytes"], 2 * MIB);
+    assert_eq!(leaks["total_count"], 2);
+}
+
+/// Every record the reader returns for `bytes`, or the error's text.
+fn read_all(bytes: &[u8]) -> Result<(Vec<Record>, bool), String> {
+    let mut r = TraceReader::open(bytes).map_err(|e| e.to_string())?;
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record().map_err(|e| e.to_string())? {
+        v.push(rec);
+    }
+    Ok((v, r.truncated()))
+}
+
+#[test]
+fn a_trace_cut_at_every_offset_reads_up_to_its_last_complete_block() {
+    let dir = scratch("cut");
+    // A 1 ms flush interval gives a small trace (a few KiB) of several blocks.
+    let run = run_profiled(
+        &dir,
+        "threads",
+        &["2", "600", "512"],
+        &[("GPUMEMPROF_FLUSH_MS", "1")],
+    );
+    assert_eq!(run.output.status.code(), Some(0));
+    let bytes = std::fs::read(&run.trace).unwrap();
+    let (full, truncated) = read_all(&bytes).unwrap();
+    assert!(!truncated);
+    let header_len = 16 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+
+    let cut = dir.join("cut.trace");
+    let mut seen_counts = std::collections::BTreeSet::new();
+    for n in 0..bytes.len() {
+        match read_all(&bytes[..n]) {
+            Err(e) => assert!(n < header_len, "cut at {n}: unexpected error {e}"),
+            Ok((records, _)) => {
+                assert!(
+                    n >= header_len,
+                    "cut at {n} inside the header read without error"
+                );
+                assert_eq!(
+                    records[..],
+                    full[..records.len()],
+                    "cut at {n}: not a prefix"
+                );
+                seen_counts.insert(records.len());
+            }
+        }
+    }
+    assert!(
+        seen_counts.len() >= 3,
+        "expected several blocks, saw {seen_counts:?}"
+    );
+
+    // The analyzer agrees: exit 5 inside the header, a warning and a report after it.
+    for n in [0, 7, header_len - 1] {
+        std::fs::write(&cut, &bytes[..n]).unwrap();
+        let out = analyzer().arg("summary").arg(&cut).output().unwrap();
+        assert_eq!(out.status.code(), Some(5), "cut at {n}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    }
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
+    let out = analyzer()
+        .arg("summary")
+        .arg(&cut)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["trace"]["truncated"], true);
+}
+
+#[test]
+fn random_bytes_and_foreign_files_are_rejected_with_exit_5_and_one_line() {
+    let dir = scratch("random");
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut inputs: Vec<Vec<u8>> = (0..20)
+        .map(|i| {
+            (0..(i * 97 + 1))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        })
+        .collect();
+    inputs.push(b"GPUMEMPF\x63\x00\x00\x00\x02\x00\x00\x00{}".to_vec()); // version 99
+    inputs.push(std::fs::read(gpumemprof_tests::shim_path()).unwrap()); // an ELF file
+    let f = dir.join("bad.trace");
+    for (i, input) in inputs.iter().enumerate() {
+        std::fs::write(&f, input).unwrap();
+        for cmd in ["summary", "peak", "leaks"] {
+            let out = analyzer().arg(cmd).arg(&f).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(5), "input {i}, {cmd}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "input {i}, {cmd}: {stderr}");
+            assert!(stderr.starts_with("gpumemprof: error: "), "{stderr}");
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Running a program under the shim and reading what it wrote: the trace decoded with
+//! the format crate, and the analyzer's JSON reports.
+
+use crate::{analyzer_path, program_command, shim_path};
+use gpumemprof_format::{open_path, Record};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A fresh, empty scratch folder for one test (under the target dir, removed first).
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = crate::target_dir().join("e2e-scratch").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// One profiled run: the program's output and where its trace went.
+pub struct Run {
+    pub output: Output,
+    pub trace: PathBuf,
+}
+
+impl Run {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+}
+
+/// Runs a built C program with the shim preloaded, writing `dir/<name>.trace`.
+/// `env` adds or overrides variables (simulator capacity, GPUMEMPROF_*).
+pub fn run_profiled(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let trace = dir.join(format!("{name}.trace"));
+    let mut cmd = program_command(name);
+    cmd.args(args)
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let output = cmd.output().expect("run the program");
+    Run { output, trace }
+}
+
+/// Runs a built C program without the shim.
+pub fn run_plain(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = program_command(name);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run the program")
+}
+
+/// Every record of a trace (panics on a read error: tests expect valid traces).
+pub fn decode(trace: &Path) -> (serde_json::Value, Vec<Record>) {
+    let mut r = open_path(trace).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+    let header = r.header().clone();
+    let mut records = Vec::new();
+    while let Some(rec) = r
+        .next_record()
+        .unwrap_or_else(|e| panic!("{}: {e}", trace.display()))
+    {
+        records.push(rec);
+    }
+    (header, records)
+}
+
+/// The API id the header assigns to `name`.
+pub fn api_id(header: &serde_json::Value, name: &str) -> u16 {
+    header["apis"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == name))
+        .and_then(|x| x["id"].as_u64())
+        .unwrap_or_else(|| panic!("no API {name} in the header")) as u16
+}
+
+/// The analyzer, ready to run.
+pub fn analyzer() -> Command {
+    Command::new(analyzer_path())
+}
+
+/// `gpumemprof <cmd> <trace> --json`, parsed; panics unless it exits 0.
+pub fn report(cmd: &str, trace: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = analyzer()
+        .arg(cmd)
+        .arg(trace)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .expect("run gpumemprof");
+    assert!(
+        out.status.success(),
+        "gpumemprof {cmd} failed ({:?}): {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("gpumemprof printed JSON")
+}
+
+/// The stderr lines the shim itself printed.
+pub fn shim_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("gpumemprof:"))
+        .collect()
+}
+
+/// Stderr without the shim's own lines.
+pub fn without_shim_lines(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with("gpumemprof:"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}

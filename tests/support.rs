@@ -1,0 +1,120 @@
+//! gpumemprof-tests support library: where the end-to-end tests find what they run.
+//!
+//! `build.rs` compiles the simulated CUDA runtime (`tests/sim`, a stand-in `libcudart.so.12`)
+//! and every C program of `tests/programs` and `examples` into this crate's `OUT_DIR`; the
+//! helpers here locate those, the workspace's own build outputs (the preload shim and the
+//! analyzer), and the lines of C sources that tests refer to by marker comment rather than by
+//! line number.
+
+pub mod profiled;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The build script's output folder: `sim/` and `bin/` live under it.
+const TEST_OUT: &str = env!("GPUMEMPROF_TEST_OUT");
+
+/// Environment variables of the simulated runtime, cleared by [`program_command`] so the
+/// caller's shell cannot change a test's numbers.
+pub const SIM_ENV: &[&str] = &[
+    "SIMCUDA_CAPACITY",
+    "SIMCUDA_DEVICES",
+    "SIMCUDA_HOST_CAPACITY",
+];
+
+/// The folder holding the simulated `libcudart.so.12` (and its `libcudart.so` link name).
+pub fn sim_dir() -> PathBuf {
+    Path::new(TEST_OUT).join("sim")
+}
+
+/// The path of a built C program, named after its source's file stem (`"train_leak"`).
+pub fn program(name: &str) -> PathBuf {
+    let path = Path::new(TEST_OUT).join("bin").join(name);
+    assert!(
+        path.is_file(),
+        "no program {name} at {}: is there a tests/programs/{name}.c or examples/{name}.c?",
+        path.display()
+    );
+    path
+}
+
+/// A command for a built program with a clean slate: no simulator variables and no preload
+/// inherited from the caller. Tests add their own `SIMCUDA_*` or `LD_PRELOAD` on top.
+pub fn program_command(name: &str) -> Command {
+    let mut cmd = Command::new(program(name));
+    for var in SIM_ENV {
+        cmd.env_remove(var);
+    }
+    cmd.env_remove("LD_PRELOAD");
+    cmd
+}
+
+/// The repository root (the workspace folder holding `tests/`, `examples/`, `shim/`, ...).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives one level below the repository root")
+        .to_path_buf()
+}
+
+/// The 1-based number of the one line of `path_rel_to_repo` that contains `marker`.
+/// Panics unless exactly one line does, so a test can never silently pick the wrong line.
+pub fn source_line_of(path_rel_to_repo: &str, marker: &str) -> u32 {
+    let path = repo_root().join(path_rel_to_repo);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let hits: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains(marker))
+        .map(|(i, _)| i + 1)
+        .collect();
+    match hits.as_slice() {
+        [line] => u32::try_from(*line).expect("source files are shorter than 2^32 lines"),
+        _ => panic!(
+            "{marker:?} must be on exactly one line of {path_rel_to_repo}, found on lines {hits:?}"
+        ),
+    }
+}
+
+/// The cargo profile folder of the running test (`target/debug`, `target/release`, ...): the
+/// folder that contains `deps/`, found from the test executable's own path.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    for dir in exe.ancestors().skip(1) {
+        if dir.file_name().is_some_and(|name| name == "deps") {
+            return dir.parent().expect("deps/ has a parent").to_path_buf();
+        }
+        if dir.join("deps").is_dir() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!(
+        "{} is not inside a cargo target folder (no deps/ above it)",
+        exe.display()
+    )
+}
+
+/// The preload library `libgpumemprof.so` of this build profile.
+/// Panics with instructions if it has not been built.
+pub fn shim_path() -> PathBuf {
+    let dir = target_dir();
+    [
+        dir.join("libgpumemprof.so"),
+        dir.join("deps").join("libgpumemprof.so"),
+    ]
+    .into_iter()
+    .find(|path| path.is_file())
+    .unwrap_or_else(|| {
+        panic!(
+            "libgpumemprof.so not found in {} or its deps/: build the workspace first \
+                 (cargo build --workspace, with the same profile as the tests)",
+            dir.display()
+        )
+    })
+}
+
+/// The analyzer executable `gpumemprof` of this build profile (it may not exist yet).
+pub fn analyzer_path() -> PathBuf {
+    target_dir().join("gpumemprof")
+}
