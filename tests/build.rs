@@ -5,7 +5,8 @@
 //!   versioned by `sim/libcudart.map`), plus `$OUT_DIR/sim/libcudart.so` pointing at it so
 //!   programs link with a plain `-lcudart`.
 //! * every `tests/programs/*.c` and `examples/*.c` -> `$OUT_DIR/bin/<file stem>`, built the way a
-//!   real application is (debug info, frame pointers, `-lcudart`, an rpath to the simulator).
+//!   real application is (debug info, frame pointers, `-lcudart`, an rpath to the simulator);
+//!   a source containing `gpumemprof-build: no-cudart` is linked without the runtime.
 //!
 //! `GPUMEMPROF_TEST_OUT=$OUT_DIR` is passed to the crate so `support.rs` can find them.
 
@@ -19,6 +20,9 @@ const SIM_SOURCES: &[&str] = &["sim/cudart_sim.c", "sim/sim_tables.c"];
 const SIM_HEADERS: &[&str] = &["sim/include/cuda_runtime_api.h", "sim/sim_tables.h"];
 const SIM_MAP: &str = "sim/libcudart.map";
 /// Folders (relative to the repository root) whose every `.c` file is one program.
+/// A program whose source contains this is linked without the simulated runtime.
+const NO_CUDART_MARKER: &str = "gpumemprof-build: no-cudart";
+
 const PROGRAM_DIRS: &[&str] = &["tests/programs", "examples"];
 
 const WARNINGS: &[&str] = &["-Wall", "-Wextra"];
@@ -122,6 +126,11 @@ fn build_program(
     args.push("-o".into());
     args.push(bin_dir.join(stem).into());
     args.push(source.into());
+    // A program that stands for a process without the CUDA runtime says so in its source.
+    let text = fs::read_to_string(source).map_err(|e| format!("{}: {e}", source.display()))?;
+    if text.contains(NO_CUDART_MARKER) {
+        return compile(compiler, &args, &source.display().to_string());
+    }
     // Libraries after the source, or a linker using --as-needed drops them.
     let mut lib_dir = OsString::from("-L");
     lib_dir.push(sim_dir);

@@ -39,7 +39,7 @@ fn run(shown: &str, cmd: &mut Command) -> Option<i32> {
 fn main() -> ExitCode {
     let exe = std::env::current_exe().expect("own path");
     let dir = exe.parent().expect("own folder").to_path_buf();
-    let shim = dir.join("libgpumemprof.so");
+    let shim = gpumemprof_tests::newest_shim(&dir).unwrap_or_else(|| dir.join("libgpumemprof.so"));
     let analyzer = dir.join("gpumemprof");
     for p in [&shim, &analyzer] {
         if !p.is_file() {

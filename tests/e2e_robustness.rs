@@ -247,3 +247,17 @@ fn random_bytes_and_foreign_files_are_rejected_with_exit_5_and_one_line() {
         }
     }
 }
+
+#[test]
+fn without_a_cuda_runtime_the_hooks_return_its_no_driver_error_and_record_nothing() {
+    let dir = scratch("no_runtime");
+    assert_eq!(
+        String::from_utf8_lossy(&run_plain("no_runtime", &[], &[]).stdout),
+        "cudaMalloc absent\n"
+    );
+    let run = run_profiled(&dir, "no_runtime", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stdout(), "cudaMalloc rc=35 ptr=0x1\ncudaFree rc=35\n");
+    assert!(!run.trace.exists(), "nothing was recorded, so no file");
+    assert!(shim_lines(&run.stderr()).is_empty(), "{}", run.stderr());
+}

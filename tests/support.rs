@@ -99,19 +99,31 @@ pub fn target_dir() -> PathBuf {
 /// Panics with instructions if it has not been built.
 pub fn shim_path() -> PathBuf {
     let dir = target_dir();
-    [
-        dir.join("libgpumemprof.so"),
-        dir.join("deps").join("libgpumemprof.so"),
-    ]
-    .into_iter()
-    .find(|path| path.is_file())
-    .unwrap_or_else(|| {
+    newest_shim(&dir).unwrap_or_else(|| {
         panic!(
             "libgpumemprof.so not found in {} or its deps/: build the workspace first \
                  (cargo build --workspace, with the same profile as the tests)",
             dir.display()
         )
     })
+}
+
+/// The newer of `<dir>/libgpumemprof.so` and `<dir>/deps/libgpumemprof.so`. Cargo
+/// rebuilds the one in deps/ whenever this crate (which depends on the shim) is built,
+/// but copies it up to `<dir>` only when the shim itself is a build target; so the
+/// top-level copy can be stale.
+pub fn newest_shim(dir: &Path) -> Option<PathBuf> {
+    [
+        dir.join("libgpumemprof.so"),
+        dir.join("deps").join("libgpumemprof.so"),
+    ]
+    .into_iter()
+    .filter_map(|p| {
+        let modified = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+        Some((modified, p))
+    })
+    .max_by_key(|(modified, _)| *modified)
+    .map(|(_, p)| p)
 }
 
 /// The analyzer executable `gpumemprof` of this build profile (it may not exist yet).

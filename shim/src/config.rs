@@ -24,8 +24,8 @@ impl StackMode {
     }
 }
 
-/// Frames kept per stack at most; events carry their frames inline, so this bounds the
-/// size of one queue slot (MAX_STACK_DEPTH * 8 bytes).
+/// Frames kept per stack at most: the capture buffer (MAX_STACK_DEPTH * 8 bytes) lives on
+/// the allocating thread's stack.
 pub const MAX_STACK_DEPTH: usize = 128;
 
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ impl Default for Config {
             stacks: StackMode::Full,
             stack_depth: 64,
             flush_ms: 100,
-            queue_capacity: 8192,
+            queue_capacity: 16384,
             quiet: false,
         }
     }
@@ -84,8 +84,8 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: "GPUMEMPROF_QUEUE_CAPACITY",
-        default: "8192",
-        doc: "Events the in-memory queue holds (64 to 1048576; each slot is about 1.1 KiB). A full queue makes the allocating thread wait; waits are counted in the trace.",
+        default: "16384",
+        doc: "Events the in-memory queue holds (64 to 1048576; each slot is 80 bytes, allocated once). A full queue makes the allocating thread wait; waits are counted in the trace.",
     },
     Var {
         name: "GPUMEMPROF_QUIET",
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!(c.stacks, StackMode::Full);
         assert_eq!(c.stack_depth, 64);
         assert_eq!(c.flush_ms, 100);
-        assert_eq!(c.queue_capacity, 8192);
+        assert_eq!(c.queue_capacity, 16384);
         assert!(!c.quiet && !c.disabled);
     }
 
@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(c.stacks, StackMode::Full);
         assert_eq!(c.stack_depth, 64);
         assert_eq!(c.flush_ms, 100);
-        assert_eq!(c.queue_capacity, 8192);
+        assert_eq!(c.queue_capacity, 16384);
     }
 
     #[test]

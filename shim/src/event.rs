@@ -1,8 +1,5 @@
-//! The event a hooked call hands to the writer thread. It carries its stack inline
-//! (return addresses, innermost first) so the hot path needs no allocation and no
-//! shared table; the writer interns stacks.
-
-use crate::config::MAX_STACK_DEPTH;
+//! The event a hooked call hands to the writer thread: fixed size (72 bytes), no
+//! pointers, its stack already interned to an id (see `intern.rs`).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -12,7 +9,7 @@ pub enum EventKind {
     AllocFailed,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct Event {
     pub kind: EventKind,
     /// `MemKind::to_u8()` of the memory (alloc and failed alloc).
@@ -20,7 +17,6 @@ pub struct Event {
     /// Free flags (`gpumemprof_format::FREE_*`).
     pub flags: u8,
     pub api: u16,
-    pub depth: u16,
     pub device: i32,
     pub tid: u32,
     pub result: u32,
@@ -29,31 +25,15 @@ pub struct Event {
     pub size: u64,
     pub stream: u64,
     pub pool: u64,
-    pub frames: [u64; MAX_STACK_DEPTH],
+    /// Interned stack id; 0 = no stack.
+    pub stack: u64,
 }
 
-impl Event {
-    #[inline]
-    pub fn new(kind: EventKind, api: u16, time_ns: u64) -> Event {
-        Event {
-            kind,
-            mem: 0,
-            flags: 0,
-            api,
-            depth: 0,
-            device: -1,
-            tid: 0,
-            result: 0,
-            time_ns,
-            address: 0,
-            size: 0,
-            stream: 0,
-            pool: 0,
-            frames: [0; MAX_STACK_DEPTH],
-        }
-    }
-
-    pub fn stack(&self) -> &[u64] {
-        &self.frames[..self.depth as usize]
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_event_is_72_bytes() {
+        // Six u64 fields plus 17 bytes of small ones, padded: keep it that small.
+        assert_eq!(std::mem::size_of::<super::Event>(), 72);
     }
 }

@@ -6,7 +6,8 @@
 //! - `api`: the small public C API of include/gpumemprof.h;
 //! - `hooks`: the one table of hooked functions and the per-library semantics;
 //! - `guard`: the thread-local re-entrancy guard and thread ids;
-//! - `stack`: return-address capture on the hot path;
+//! - `stack`, `intern`: return-address capture and per-thread stack interning on the
+//!   hot path;
 //! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
 //! - `modules`: the module map written into the trace for later symbolization;
 //! - `output`, `config`: the trace file and its header, and the environment;
@@ -21,8 +22,14 @@ pub mod config;
 mod event;
 pub mod guard;
 pub mod hooks;
+mod intern;
 mod lifecycle;
 pub mod modules;
 pub mod output;
 mod pipeline;
 mod stack;
+
+/// Entry points for the benchmark binary (not part of the C API).
+pub mod bench {
+    pub use crate::pipeline::writer_benchmark;
+}

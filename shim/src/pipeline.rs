@@ -1,14 +1,17 @@
-//! The event pipeline: hooked threads push events into one bounded lock-free queue;
-//! one writer thread drains it, interns stacks, puts events back in time order,
-//! encodes them and writes compressed blocks.
+//! The event pipeline: hooked threads push events (stacks already interned, see
+//! intern.rs) into one bounded lock-free queue; one writer thread drains it, writes the
+//! definitions of new stacks, puts events back in time order, encodes them and writes
+//! compressed blocks.
 //!
 //! ```text
 //!  thread A ─┐ push (lock-free; full queue => wait, counted)
 //!  thread B ─┼──────────► ArrayQueue<Event> ──► writer thread:
-//!  thread C ─┘                                  pop all → intern stacks (Stack records first)
+//!  thread C ─┘                                  pop a batch → Stack records of stacks
+//!                                               interned since the last batch
 //!                                               → reorder buffer sorted by time
 //!                                               → encode events older than REORDER_WINDOW
 //!                                               → every flush_ms (or 1 MiB): Stats + zstd block, one write(2)
+//!                                               → a round of < 1/4 queue: nap (producers unpark)
 //! ```
 //!
 //! Why reorder: a free is stamped before the real call and an allocation after it, so
@@ -23,6 +26,7 @@
 
 use crate::clock;
 use crate::event::{Event, EventKind};
+use crate::intern;
 use crate::lifecycle;
 use crate::modules;
 use crossbeam_queue::ArrayQueue;
@@ -30,9 +34,8 @@ use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
 };
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::thread::Thread;
 use std::time::Duration;
@@ -81,33 +84,11 @@ impl Pending {
     }
 }
 
-/// FxHash-style hasher for stack interning (frames are already well-mixed addresses).
-#[derive(Default)]
-struct FxHasher(u64);
-impl Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-}
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-
 pub struct WriterCore {
     out: TraceWriter<File>,
     path: String,
     start_ns: u64,
-    stacks: FxMap<Box<[u64]>, u64>,
-    next_stack: u64,
+    fresh_stacks: Vec<(u64, Box<[u64]>)>,
     pending: Vec<Pending>,
     module_gen: (u64, u64),
     known_modules: HashSet<(u64, String)>,
@@ -123,8 +104,7 @@ impl WriterCore {
             out,
             path,
             start_ns,
-            stacks: FxMap::default(),
-            next_stack: 1,
+            fresh_stacks: Vec::new(),
             pending: Vec::with_capacity(4096),
             module_gen: (0, 0),
             known_modules: HashSet::new(),
@@ -156,23 +136,18 @@ impl WriterCore {
         fresh
     }
 
-    fn intern(&mut self, frames: &[u64]) -> u64 {
-        if frames.is_empty() {
-            return 0;
+    /// Writes the definitions of stacks interned since the last call. Called after
+    /// popping events, so every stack those events use is defined before them.
+    fn define_stacks(&mut self) {
+        intern::take_fresh(&mut self.fresh_stacks);
+        for (id, frames) in self.fresh_stacks.drain(..) {
+            self.out.encoder().stack(id, &frames);
         }
-        if let Some(&id) = self.stacks.get(frames) {
-            return id;
-        }
-        let id = self.next_stack;
-        self.next_stack += 1;
-        self.stacks.insert(frames.into(), id);
-        self.out.encoder().stack(id, frames);
-        id
     }
 
-    /// Interns the event's stack (writing its definition) and queues it for ordering.
+    /// Queues an event for ordering.
     fn accept(&mut self, ev: &Event) {
-        let stack = self.intern(ev.stack());
+        let stack = ev.stack;
         let time_ns = ev.time_ns.saturating_sub(self.start_ns);
         let p = match ev.kind {
             EventKind::Alloc => Pending::Alloc(Alloc {
@@ -282,6 +257,7 @@ impl WriterCore {
 
     fn finish(&mut self, queue_waits: u64) {
         let now = clock::now_ns();
+        self.define_stacks();
         self.emit(None);
         self.refresh_modules(now);
         let s = self.stats(queue_waits, now);
@@ -387,7 +363,7 @@ impl Pipeline {
         crate::guard::mark_internal_thread();
         loop {
             let shutting = self.shutdown_requested.load(Ordering::Acquire);
-            let busy = {
+            let popped = {
                 let mut core = self.core.lock();
                 let mut n = 0;
                 while let Some(e) = self.queue.pop() {
@@ -397,6 +373,7 @@ impl Pipeline {
                         break;
                     }
                 }
+                core.define_stacks();
                 let now = clock::now_ns();
                 let rel = now.saturating_sub(self.start_ns);
                 core.emit(Some(rel.saturating_sub(REORDER_WINDOW_NS)));
@@ -412,15 +389,16 @@ impl Pipeline {
                 } else if now.saturating_sub(core.last_flush_ns) >= self.flush_ns {
                     core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
                 }
-                n >= DRAIN_BATCH
+                n
             };
-            if busy {
-                continue;
+            if popped >= self.wake_threshold {
+                continue; // producers are busy: keep draining
             }
-            // Nothing queued: sleep until the next flush, or until producers fill a
-            // quarter of the queue (they unpark us), or the reorder window passes.
+            // Less than a quarter of the queue arrived: nap (each round re-sorts the reorder
+            // window, so tiny rounds waste work) until producers fill a quarter of the queue
+            // (they unpark us), the reorder window passes, or the next flush is due.
             self.writer_sleeping.store(true, Ordering::Release);
-            if self.queue.is_empty() && !self.shutdown_requested.load(Ordering::Acquire) {
+            if !self.shutdown_requested.load(Ordering::Acquire) {
                 let has_pending = !self.core.lock().pending.is_empty();
                 let nap = if has_pending {
                     Duration::from_nanos(REORDER_WINDOW_NS)
@@ -484,4 +462,55 @@ impl Pipeline {
         let core = self.core.lock();
         Some((core.events, core.path().to_string()))
     }
+}
+
+/// Drives the writer's own code path (intern, reorder, encode, compress, write) with
+/// `n` synthetic events of a training-loop shape, into `path`: for the benchmark only.
+/// Returns the seconds spent and the bytes written.
+pub fn writer_benchmark(n: usize, path: &str) -> std::io::Result<(f64, u64)> {
+    let file = File::create(path)?;
+    let out = TraceWriter::new(file, &serde_json::json!({"bench": true}), ZSTD_LEVEL)?;
+    let start_ns = clock::now_ns();
+    let mut core = WriterCore::new(out, path.to_string(), start_ns);
+    // Eight call sites 20 frames deep, sizes and addresses that repeat like a training loop.
+    let mut ids = [0u64; 8];
+    for (site, id) in ids.iter_mut().enumerate() {
+        let frames: Vec<u64> = (0..20)
+            .map(|d| 0x5555_0000_0000 + (site as u64) * 0x1000 + d * 0x40)
+            .collect();
+        *id = intern::intern(&frames);
+    }
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        let site = (i / 2) % 8;
+        let alloc = i % 2 == 0;
+        let ev = Event {
+            kind: if alloc {
+                EventKind::Alloc
+            } else {
+                EventKind::Free
+            },
+            mem: 0,
+            flags: 0,
+            api: if alloc { 1 } else { 2 },
+            device: 0,
+            tid: 1000 + (i % 4) as u32,
+            result: 0,
+            time_ns: start_ns + i as u64 * 500,
+            address: 0x7000_0000_0000 + ((site as u64) << 21),
+            size: 1 << (12 + site),
+            stream: 0,
+            pool: 0,
+            stack: ids[site],
+        };
+        core.accept(&ev);
+        if core.pending.len() >= 4096 {
+            core.define_stacks();
+            core.emit(None);
+        }
+    }
+    core.finish(0);
+    let secs = t.elapsed().as_secs_f64();
+    let bytes = std::fs::metadata(path)?.len();
+    Ok((secs, bytes))
 }

@@ -6,6 +6,7 @@
 //! backtrace crate) are skipped by address range, so the first recorded frame is the
 //! program's call site. Symbolization happens in the analyzer, from the module map.
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static SHIM_START: AtomicU64 = AtomicU64::new(0);
@@ -23,9 +24,9 @@ pub fn shim_anchor() -> u64 {
 }
 
 /// Fills `out` with up to `out.len()` return addresses of the caller's stack, innermost
-/// first, and returns how many were written.
+/// first, and returns how many were written (those are initialised).
 #[inline(never)]
-pub fn capture(out: &mut [u64]) -> usize {
+pub fn capture(out: &mut [MaybeUninit<u64>]) -> usize {
     let lo = SHIM_START.load(Ordering::Relaxed);
     let hi = SHIM_END.load(Ordering::Relaxed);
     let known = lo < hi;
@@ -52,7 +53,7 @@ pub fn capture(out: &mut [u64]) -> usize {
                 }
                 state = 2;
             }
-            out[n] = ip;
+            out[n] = MaybeUninit::new(ip);
             n += 1;
             n < out.len()
         });

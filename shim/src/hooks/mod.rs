@@ -14,12 +14,15 @@
 pub mod runtime;
 
 use crate::clock;
+use crate::config::MAX_STACK_DEPTH;
 use crate::event::{Event, EventKind};
 use crate::guard::Guard;
+use crate::intern;
 use crate::lifecycle;
 use crate::stack;
 use gpumemprof_format::MemKind;
 use std::ffi::{c_void, CStr};
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Which library a hooked function belongs to.
@@ -199,10 +202,22 @@ pub fn coverage_markdown() -> String {
 // Recording helpers shared by every hook.
 
 /// Runs `call` (the real function) and, unless this thread is already inside the
-/// shim, `after(result, time_before)` to record it. `time_before` is stamped before
-/// the real call (frees use it: the memory is gone from that instant on).
+/// shim, `after(result)` to record it.
 #[inline(always)]
-pub fn hooked<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R, u64)) -> R {
+pub fn hooked<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R)) -> R {
+    let Some(guard) = Guard::enter() else {
+        return call();
+    };
+    let r = call();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| after(r)));
+    drop(guard);
+    r
+}
+
+/// Like `hooked`, for frees: the time is stamped *before* the real call, because the
+/// memory may belong to another thread's allocation from the instant the call starts.
+#[inline(always)]
+pub fn hooked_free<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R, u64)) -> R {
     let Some(guard) = Guard::enter() else {
         return call();
     };
@@ -246,27 +261,37 @@ impl Rec {
     }
 }
 
-/// Captures the stack and hands the event to the writer.
+/// Captures and interns the stack, and hands the event to the writer.
 #[inline(never)]
 pub fn record(r: Rec) {
     let Some(p) = lifecycle::pipeline() else {
         return;
     };
-    let mut ev = Event::new(r.kind, r.api.id(), r.time_ns);
-    ev.mem = r.mem.to_u8();
-    ev.flags = r.flags;
-    ev.device = r.device;
-    ev.tid = crate::guard::tid();
-    ev.result = r.result;
-    ev.address = r.address;
-    ev.size = r.size;
-    ev.stream = r.stream;
-    ev.pool = r.pool;
     let depth = lifecycle::stack_depth();
-    if depth > 0 {
-        ev.depth = stack::capture(&mut ev.frames[..depth]) as u16;
-    }
-    p.push(ev);
+    let stack = if depth > 0 {
+        let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
+        let n = stack::capture(&mut frames[..depth]);
+        // SAFETY: `capture` initialised the first `n` entries.
+        let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
+        intern::intern(frames)
+    } else {
+        0
+    };
+    p.push(Event {
+        kind: r.kind,
+        mem: r.mem.to_u8(),
+        flags: r.flags,
+        api: r.api.id(),
+        device: r.device,
+        tid: crate::guard::tid(),
+        result: r.result,
+        time_ns: r.time_ns,
+        address: r.address,
+        size: r.size,
+        stream: r.stream,
+        pool: r.pool,
+        stack,
+    });
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! non-NULL.
 #![allow(clippy::missing_safety_doc)]
 
-use super::{hooked, record, Api, RealFn, Rec};
+use super::{hooked, hooked_free, record, Api, RealFn, Rec};
 use crate::event::EventKind;
 use gpumemprof_format::{MemKind, FREE_STREAM_ORDERED};
 use std::ffi::c_void;
@@ -118,7 +118,7 @@ impl Placed {
     }
 }
 
-fn on_alloc(api: Api, mem: MemKind, rc: c_int, t0: u64, placed: Placed) {
+fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
     let Placed {
         addr,
         size,
@@ -143,7 +143,7 @@ fn on_alloc(api: Api, mem: MemKind, rc: c_int, t0: u64, placed: Placed) {
         r.pool = pool;
         record(r);
     } else {
-        let mut r = Rec::new(EventKind::AllocFailed, api, t0);
+        let mut r = Rec::new(EventKind::AllocFailed, api, t);
         r.mem = mem;
         r.device = current_device();
         r.size = size;
@@ -178,12 +178,11 @@ type Malloc3dFn = unsafe extern "C" fn(*mut CudaPitchedPtr, CudaExtent) -> c_int
 pub unsafe fn malloc(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize) -> c_int {
     hooked(
         || real(p, size),
-        |rc, t0| {
+        |rc| {
             on_alloc(
                 api,
                 MemKind::Device,
                 rc,
-                t0,
                 Placed::plain(out_ptr(p), size as u64),
             )
         },
@@ -191,7 +190,7 @@ pub unsafe fn malloc(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize)
 }
 
 pub unsafe fn free(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
-    hooked(
+    hooked_free(
         || real(ptr),
         |rc, t0| on_free(api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
     )
@@ -206,12 +205,11 @@ pub unsafe fn malloc_async(
 ) -> c_int {
     hooked(
         || real(p, size, stream),
-        |rc, t0| {
+        |rc| {
             on_alloc(
                 api,
                 MemKind::Device,
                 rc,
-                t0,
                 Placed {
                     addr: out_ptr(p),
                     size: size as u64,
@@ -224,7 +222,7 @@ pub unsafe fn malloc_async(
 }
 
 pub unsafe fn free_async(api: Api, real: FreeAsyncFn, ptr: *mut c_void, stream: Stream) -> c_int {
-    hooked(
+    hooked_free(
         || real(ptr, stream),
         |rc, t0| on_free(api, rc, t0, ptr as u64, stream, FREE_STREAM_ORDERED),
     )
@@ -240,12 +238,11 @@ pub unsafe fn malloc_from_pool(
 ) -> c_int {
     hooked(
         || real(p, size, pool, stream),
-        |rc, t0| {
+        |rc| {
             on_alloc(
                 api,
                 MemKind::Device,
                 rc,
-                t0,
                 Placed {
                     addr: out_ptr(p),
                     size: size as u64,
@@ -266,12 +263,11 @@ pub unsafe fn malloc_managed(
 ) -> c_int {
     hooked(
         || real(p, size, flags),
-        |rc, t0| {
+        |rc| {
             on_alloc(
                 api,
                 MemKind::Managed,
                 rc,
-                t0,
                 Placed::plain(out_ptr(p), size as u64),
             )
         },
@@ -288,20 +284,14 @@ pub unsafe fn malloc_pitch(
 ) -> c_int {
     hooked(
         || real(p, pitch, width, height),
-        |rc, t0| {
+        |rc| {
             // The memory reserved is pitch x height; on failure, what was asked for.
             let size = if rc == 0 && !pitch.is_null() {
                 (*pitch as u64).saturating_mul(height as u64)
             } else {
                 (width as u64).saturating_mul(height as u64)
             };
-            on_alloc(
-                api,
-                MemKind::Device,
-                rc,
-                t0,
-                Placed::plain(out_ptr(p), size),
-            )
+            on_alloc(api, MemKind::Device, rc, Placed::plain(out_ptr(p), size))
         },
     )
 }
@@ -314,7 +304,7 @@ pub unsafe fn malloc_3d(
 ) -> c_int {
     hooked(
         || real(pp, extent),
-        |rc, t0| {
+        |rc| {
             let (addr, size) = if rc == 0 && !pp.is_null() {
                 let v = *pp;
                 let bytes = (v.pitch as u64)
@@ -327,7 +317,7 @@ pub unsafe fn malloc_3d(
                     .saturating_mul(extent.depth as u64);
                 (0, asked)
             };
-            on_alloc(api, MemKind::Device, rc, t0, Placed::plain(addr, size))
+            on_alloc(api, MemKind::Device, rc, Placed::plain(addr, size))
         },
     )
 }
@@ -335,12 +325,11 @@ pub unsafe fn malloc_3d(
 pub unsafe fn malloc_host(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize) -> c_int {
     hooked(
         || real(p, size),
-        |rc, t0| {
+        |rc| {
             on_alloc(
                 api,
                 MemKind::PinnedHost,
                 rc,
-                t0,
                 Placed::plain(out_ptr(p), size as u64),
             )
         },
@@ -356,12 +345,11 @@ pub unsafe fn host_alloc(
 ) -> c_int {
     hooked(
         || real(p, size, flags),
-        |rc, t0| {
+        |rc| {
             on_alloc(
                 api,
                 MemKind::PinnedHost,
                 rc,
-                t0,
                 Placed::plain(out_ptr(p), size as u64),
             )
         },
@@ -369,7 +357,7 @@ pub unsafe fn host_alloc(
 }
 
 pub unsafe fn free_host(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
-    hooked(
+    hooked_free(
         || real(ptr),
         |rc, t0| on_free(api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
     )

@@ -1,0 +1,143 @@
+//! Stack interning on the allocating thread, so an event carries a stack id instead of
+//! its frames (a queue slot is 80 bytes, not 1 KiB).
+//!
+//! ```text
+//!  frames ─► 64-bit hash ─► this thread's direct-mapped cache (512 slots, no lock)
+//!                               hit: the id                (the common case: loops repeat)
+//!                               miss: global table (mutex) ─► id, new stacks also queued in
+//!                                     `fresh` for the writer, who writes each definition
+//!                                     before any event that uses it
+//! ```
+//!
+//! A thread inserts a stack into the global table before it pushes the event that uses
+//! it, and the writer takes `fresh` definitions after it has popped a batch of events; so
+//! every id in that batch is defined first. Ids are never reused. The cache key is the
+//! stack's 64-bit hash (length included): two different stacks would have to collide in
+//! all 64 bits to share an id.
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Per-thread cache slots (a power of two): 8 KiB of TLS per thread, more distinct
+/// allocation stacks than a training loop's hot path has.
+const SLOTS: usize = 512;
+
+thread_local! {
+    /// (hash, id) pairs; hash 0 marks an empty slot. Const-initialised, no Drop.
+    static CACHE: [Cell<(u64, u64)>; SLOTS] = const { [const { Cell::new((0, 0)) }; SLOTS] };
+}
+
+/// FxHash-style hasher for the global table (keys are already well-mixed addresses).
+#[derive(Default)]
+pub struct FxHasher(u64);
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+struct Table {
+    ids: FxMap<Box<[u64]>, u64>,
+    next: u64,
+    /// Defined but not yet written by the writer.
+    fresh: Vec<(u64, Box<[u64]>)>,
+}
+
+static TABLE: Lazy<Mutex<Table>> = Lazy::new(|| {
+    Mutex::new(Table {
+        ids: FxMap::default(),
+        next: 1,
+        fresh: Vec::new(),
+    })
+});
+
+/// 64-bit hash of a stack, never 0 (0 marks an empty cache slot).
+#[inline]
+fn hash(frames: &[u64]) -> u64 {
+    let mut h = (frames.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for &f in frames {
+        h = (h.rotate_left(23) ^ f).wrapping_mul(0xA24B_AED4_963E_E407);
+    }
+    (h ^ (h >> 29)) | 1
+}
+
+/// The id of this stack (0 for an empty stack), defining it on first sight.
+#[inline]
+pub fn intern(frames: &[u64]) -> u64 {
+    if frames.is_empty() {
+        return 0;
+    }
+    let h = hash(frames);
+    let slot = (h as usize) & (SLOTS - 1);
+    if let Ok(Some(id)) = CACHE.try_with(|c| {
+        let (k, id) = c[slot].get();
+        (k == h).then_some(id)
+    }) {
+        return id;
+    }
+    let id = intern_slow(frames);
+    let _ = CACHE.try_with(|c| c[slot].set((h, id)));
+    id
+}
+
+#[cold]
+fn intern_slow(frames: &[u64]) -> u64 {
+    let mut t = TABLE.lock();
+    if let Some(&id) = t.ids.get(frames) {
+        return id;
+    }
+    let id = t.next;
+    t.next += 1;
+    let key: Box<[u64]> = frames.into();
+    t.ids.insert(key.clone(), id);
+    t.fresh.push((id, key));
+    id
+}
+
+/// Moves every stack defined since the last call into `out` (the writer writes them).
+pub fn take_fresh(out: &mut Vec<(u64, Box<[u64]>)>) {
+    let mut t = TABLE.lock();
+    if !t.fresh.is_empty() {
+        out.append(&mut t.fresh);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_stack_same_id_across_threads_and_each_defined_once() {
+        let a = [0x1000u64, 0x2000, 0x3000];
+        let b = [0x1000u64, 0x2000];
+        let ia = intern(&a);
+        let ib = intern(&b);
+        assert_ne!(ia, ib);
+        assert_eq!(intern(&a), ia);
+        let from_thread = std::thread::spawn(move || intern(&a)).join().unwrap();
+        assert_eq!(from_thread, ia);
+        let mut fresh = Vec::new();
+        take_fresh(&mut fresh);
+        let defs: Vec<_> = fresh
+            .iter()
+            .filter(|(id, _)| *id == ia || *id == ib)
+            .collect();
+        assert_eq!(defs.len(), 2);
+        assert_eq!(intern(&[]), 0);
+    }
+}
