@@ -261,3 +261,64 @@ fn without_a_cuda_runtime_the_hooks_return_its_no_driver_error_and_record_nothin
     assert!(!run.trace.exists(), "nothing was recorded, so no file");
     assert!(shim_lines(&run.stderr()).is_empty(), "{}", run.stderr());
 }
+
+#[test]
+fn the_public_c_api_reports_state_path_and_version() {
+    let dir = scratch("c_api");
+    assert_eq!(
+        String::from_utf8_lossy(&run_plain("c_api", &[], &[]).stdout),
+        "api absent\n"
+    );
+    let run = run_profiled(&dir, "c_api", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        run.stdout(),
+        format!(
+            "active=1\npath={}\nversion={version}\n",
+            run.trace.display()
+        )
+    );
+    let off = run_profiled(&dir, "c_api", &[], &[("GPUMEMPROF_DISABLE", "1")]);
+    assert_eq!(
+        off.stdout(),
+        format!("active=0\npath=(null)\nversion={version}\n")
+    );
+}
+
+#[test]
+fn a_tiny_queue_makes_threads_wait_but_loses_nothing() {
+    let dir = scratch("tiny_queue");
+    let run = run_profiled(
+        &dir,
+        "threads",
+        &["4", "20000", "256"],
+        &[("GPUMEMPROF_QUEUE_CAPACITY", "64")],
+    );
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let (header, _) = decode(&run.trace);
+    assert_eq!(header["config"]["queue_capacity"], 64);
+    let s = report("summary", &run.trace, &[]);
+    assert_eq!(s["totals"]["allocations"], 80_000);
+    assert_eq!(s["totals"]["frees"], 80_000);
+    assert_eq!(s["trace"]["events"], 160_000);
+    assert_eq!(s["trace"]["dropped"], 0);
+}
+
+#[test]
+fn an_invalid_setting_warns_once_and_the_default_applies() {
+    let dir = scratch("bad_setting");
+    let run = run_profiled(&dir, "train_leak", &["2"], &[("GPUMEMPROF_STACKS", "deep")]);
+    assert_eq!(run.output.status.code(), Some(0));
+    let stderr = run.stderr();
+    let warnings: Vec<&str> = shim_lines(&stderr)
+        .into_iter()
+        .filter(|l| l.contains("warning"))
+        .collect();
+    assert_eq!(
+        warnings,
+        vec!["gpumemprof: warning: GPUMEMPROF_STACKS=\"deep\" is not off, native or full; using full"]
+    );
+    let (header, _) = decode(&run.trace);
+    assert_eq!(header["config"]["stacks"], "full");
+}

@@ -130,11 +130,10 @@ fn start() -> Option<&'static Pipeline> {
             return None;
         }
     };
-    let core = WriterCore::new(writer, path.clone(), start_ns);
+    let (core, modules) = WriterCore::new(writer, path.clone(), start_ns);
     let _ = TRACE_PATH.set(std::ffi::CString::new(path.clone()).unwrap_or_default());
     // The shim's own address range, so stack capture can skip the shim's frames.
-    if let Some((lo, hi)) = crate::modules::range_of(&crate::modules::scan(0), stack::shim_anchor())
-    {
+    if let Some((lo, hi)) = crate::modules::range_of(&modules, stack::shim_anchor()) {
         stack::set_shim_range(lo, hi);
     }
     let p =

@@ -99,7 +99,9 @@ pub struct WriterCore {
 }
 
 impl WriterCore {
-    pub fn new(out: TraceWriter<File>, path: String, start_ns: u64) -> WriterCore {
+    /// A writer over a trace whose header is written; also returns the module map it
+    /// recorded first.
+    pub fn new(out: TraceWriter<File>, path: String, start_ns: u64) -> (WriterCore, Vec<Module>) {
         let mut core = WriterCore {
             out,
             path,
@@ -113,13 +115,13 @@ impl WriterCore {
             last_flush_ns: start_ns,
             io_failed: false,
         };
-        core.refresh_modules(start_ns);
-        core
+        let modules = core.refresh_modules(start_ns);
+        (core, modules)
     }
 
     /// Records modules loaded since the last scan (only scans when the loader's
-    /// counters moved).
-    pub fn refresh_modules(&mut self, now: u64) -> Vec<Module> {
+    /// counters moved) and returns them.
+    fn refresh_modules(&mut self, now: u64) -> Vec<Module> {
         let gen = modules::generation();
         if gen == self.module_gen {
             return Vec::new();
@@ -471,7 +473,7 @@ pub fn writer_benchmark(n: usize, path: &str) -> std::io::Result<(f64, u64)> {
     let file = File::create(path)?;
     let out = TraceWriter::new(file, &serde_json::json!({"bench": true}), ZSTD_LEVEL)?;
     let start_ns = clock::now_ns();
-    let mut core = WriterCore::new(out, path.to_string(), start_ns);
+    let (mut core, _) = WriterCore::new(out, path.to_string(), start_ns);
     // Eight call sites 20 frames deep, sizes and addresses that repeat like a training loop.
     let mut ids = [0u64; 8];
     for (site, id) in ids.iter_mut().enumerate() {

@@ -139,7 +139,7 @@ type Stream = *mut c_void;
 
 hook_table! {
     Runtime fn cudaMalloc(p: *mut *mut c_void, size: usize) -> c_int,
-        missing = CUDART_MISSING, handler = runtime::malloc, role = "device allocation";
+        missing = CUDART_MISSING, handler = runtime::malloc::<{ runtime::DEVICE }>, role = "device allocation";
     Runtime fn cudaFree(ptr: *mut c_void) -> c_int,
         missing = CUDART_MISSING, handler = runtime::free, role = "free (device, managed)";
     Runtime fn cudaMallocAsync(p: *mut *mut c_void, size: usize, stream: Stream) -> c_int,
@@ -153,17 +153,17 @@ hook_table! {
     Runtime fn cudaMallocFromPoolAsync(p: *mut *mut c_void, size: usize, pool: *mut c_void, stream: Stream) -> c_int,
         missing = CUDART_MISSING, handler = runtime::malloc_from_pool, role = "device allocation from a memory pool";
     Runtime fn cudaMallocManaged(p: *mut *mut c_void, size: usize, flags: c_uint) -> c_int,
-        missing = CUDART_MISSING, handler = runtime::malloc_managed, role = "managed (unified) allocation";
+        missing = CUDART_MISSING, handler = runtime::malloc_flags::<{ runtime::MANAGED }>, role = "managed (unified) allocation";
     Runtime fn cudaMallocPitch(p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> c_int,
         missing = CUDART_MISSING, handler = runtime::malloc_pitch, role = "pitched 2D device allocation (pitch x height bytes)";
     Runtime fn cudaMalloc3D(pp: *mut CudaPitchedPtr, extent: CudaExtent) -> c_int,
         missing = CUDART_MISSING, handler = runtime::malloc_3d, role = "pitched 3D device allocation (pitch x height x depth bytes)";
     Runtime fn cudaMallocHost(p: *mut *mut c_void, size: usize) -> c_int,
-        missing = CUDART_MISSING, handler = runtime::malloc_host, role = "pinned host allocation";
+        missing = CUDART_MISSING, handler = runtime::malloc::<{ runtime::PINNED_HOST }>, role = "pinned host allocation";
     Runtime fn cudaHostAlloc(p: *mut *mut c_void, size: usize, flags: c_uint) -> c_int,
-        missing = CUDART_MISSING, handler = runtime::host_alloc, role = "pinned host allocation";
+        missing = CUDART_MISSING, handler = runtime::malloc_flags::<{ runtime::PINNED_HOST }>, role = "pinned host allocation";
     Runtime fn cudaFreeHost(ptr: *mut c_void) -> c_int,
-        missing = CUDART_MISSING, handler = runtime::free_host, role = "free (pinned host)";
+        missing = CUDART_MISSING, handler = runtime::free, role = "free (pinned host)";
 }
 
 impl Api {

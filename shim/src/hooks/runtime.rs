@@ -23,6 +23,11 @@ use std::os::raw::{c_int, c_uint};
 /// runtime itself answers when it cannot reach a driver.
 pub const CUDART_MISSING: c_int = 35;
 
+/// Memory kinds as const generic arguments of the shared handlers.
+pub const DEVICE: u8 = 0;
+pub const MANAGED: u8 = 1;
+pub const PINNED_HOST: u8 = 2;
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CudaPitchedPtr {
@@ -175,13 +180,19 @@ type MallocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_
 type MallocPitchFn = unsafe extern "C" fn(*mut *mut c_void, *mut usize, usize, usize) -> c_int;
 type Malloc3dFn = unsafe extern "C" fn(*mut CudaPitchedPtr, CudaExtent) -> c_int;
 
-pub unsafe fn malloc(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize) -> c_int {
+/// `cudaMalloc` (KIND = device) and `cudaMallocHost` (KIND = pinned host).
+pub unsafe fn malloc<const KIND: u8>(
+    api: Api,
+    real: MallocFn,
+    p: *mut *mut c_void,
+    size: usize,
+) -> c_int {
     hooked(
         || real(p, size),
         |rc| {
             on_alloc(
                 api,
-                MemKind::Device,
+                MemKind::from_u8(KIND),
                 rc,
                 Placed::plain(out_ptr(p), size as u64),
             )
@@ -189,6 +200,7 @@ pub unsafe fn malloc(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize)
     )
 }
 
+/// `cudaFree` and `cudaFreeHost`.
 pub unsafe fn free(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
     hooked_free(
         || real(ptr),
@@ -254,7 +266,8 @@ pub unsafe fn malloc_from_pool(
     )
 }
 
-pub unsafe fn malloc_managed(
+/// `cudaMallocManaged` (KIND = managed) and `cudaHostAlloc` (KIND = pinned host).
+pub unsafe fn malloc_flags<const KIND: u8>(
     api: Api,
     real: MallocFlagsFn,
     p: *mut *mut c_void,
@@ -266,7 +279,7 @@ pub unsafe fn malloc_managed(
         |rc| {
             on_alloc(
                 api,
-                MemKind::Managed,
+                MemKind::from_u8(KIND),
                 rc,
                 Placed::plain(out_ptr(p), size as u64),
             )
@@ -322,43 +335,14 @@ pub unsafe fn malloc_3d(
     )
 }
 
-pub unsafe fn malloc_host(api: Api, real: MallocFn, p: *mut *mut c_void, size: usize) -> c_int {
-    hooked(
-        || real(p, size),
-        |rc| {
-            on_alloc(
-                api,
-                MemKind::PinnedHost,
-                rc,
-                Placed::plain(out_ptr(p), size as u64),
-            )
-        },
-    )
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub unsafe fn host_alloc(
-    api: Api,
-    real: MallocFlagsFn,
-    p: *mut *mut c_void,
-    size: usize,
-    flags: c_uint,
-) -> c_int {
-    hooked(
-        || real(p, size, flags),
-        |rc| {
-            on_alloc(
-                api,
-                MemKind::PinnedHost,
-                rc,
-                Placed::plain(out_ptr(p), size as u64),
-            )
-        },
-    )
-}
-
-pub unsafe fn free_host(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
-    hooked_free(
-        || real(ptr),
-        |rc, t0| on_free(api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
-    )
+    #[test]
+    fn kind_constants_are_the_trace_numbers() {
+        assert_eq!(MemKind::from_u8(DEVICE), MemKind::Device);
+        assert_eq!(MemKind::from_u8(MANAGED), MemKind::Managed);
+        assert_eq!(MemKind::from_u8(PINNED_HOST), MemKind::PinnedHost);
+    }
 }
