@@ -123,28 +123,34 @@ fn an_existing_trace_or_symlink_is_never_overwritten() {
 
 #[test]
 fn flush_then_exit_without_handlers_keeps_every_event() {
-    let dir = scratch("flush_exit");
-    let run = run_profiled(&dir, "flush_exit", &[], &[]);
-    assert_eq!(run.output.status.code(), Some(0));
-    assert_eq!(run.stdout(), "flush rc=0\n");
-    let (_, records) = decode(&run.trace);
-    let allocs = records
-        .iter()
-        .filter(|r| matches!(r, Record::Alloc(_)))
-        .count();
-    let frees = records
-        .iter()
-        .filter(|r| matches!(r, Record::Free(_)))
-        .count();
-    assert_eq!((allocs, frees), (3, 1));
-    assert!(
-        !records.iter().any(|r| matches!(r, Record::End(_))),
-        "_exit skips the final flush"
-    );
-    let leaks = report("leaks", &run.trace, &[]);
-    assert_eq!(leaks["trace"]["complete"], false);
-    assert_eq!(leaks["total_bytes"], 2 * MIB);
-    assert_eq!(leaks["total_count"], 2);
+    // Repeated: the flush must see events pushed just before it was asked for, whatever
+    // the writer thread was doing at that moment.
+    for round in 0..25 {
+        let dir = scratch(&format!("flush_exit/{round}"));
+        let run = run_profiled(&dir, "flush_exit", &[], &[]);
+        assert_eq!(run.output.status.code(), Some(0));
+        assert_eq!(run.stdout(), "flush rc=0\n");
+        let (_, records) = decode(&run.trace);
+        let allocs = records
+            .iter()
+            .filter(|r| matches!(r, Record::Alloc(_)))
+            .count();
+        let frees = records
+            .iter()
+            .filter(|r| matches!(r, Record::Free(_)))
+            .count();
+        assert_eq!((allocs, frees), (3, 1), "round {round}");
+        assert!(
+            !records.iter().any(|r| matches!(r, Record::End(_))),
+            "_exit skips the final flush"
+        );
+        if round == 0 {
+            let leaks = report("leaks", &run.trace, &[]);
+            assert_eq!(leaks["trace"]["complete"], false);
+            assert_eq!(leaks["total_bytes"], 2 * MIB);
+            assert_eq!(leaks["total_count"], 2);
+        }
+    }
 }
 
 /// Every record the reader returns for `bytes`, or the error's text.
@@ -321,4 +327,21 @@ fn an_invalid_setting_warns_once_and_the_default_applies() {
     );
     let (header, _) = decode(&run.trace);
     assert_eq!(header["config"]["stacks"], "full");
+}
+
+#[test]
+fn errno_is_what_the_runtime_left_even_when_the_shim_met_errors() {
+    let dir = scratch("errno");
+    let plain = run_plain("errno_kept", &[], &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "malloc rc=0 errno=77\nfree rc=0 errno=77\ndouble free rc=1 errno=77\n"
+    );
+    // The trace path exists already: the shim's first open fails (EEXIST) before it
+    // picks `.1`, inside the first cudaMalloc.
+    std::fs::write(dir.join("errno_kept.trace"), b"taken").unwrap();
+    let run = run_profiled(&dir, "errno_kept", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(0));
+    assert_eq!(run.stdout(), String::from_utf8_lossy(&plain.stdout));
+    assert!(dir.join("errno_kept.trace.1").is_file());
 }

@@ -384,7 +384,13 @@ impl Pipeline {
                 }
                 let asked = self.flush_requests.load(Ordering::Acquire);
                 if asked > self.flush_done.load(Ordering::Relaxed) {
-                    // Everything pushed before the request is in the queue or pending.
+                    // The requester pushed its events before it asked, and the Acquire load
+                    // above saw the request: draining again now sees every one of them
+                    // (the drain above may have run before they were pushed).
+                    while let Some(e) = self.queue.pop() {
+                        core.accept(&e);
+                    }
+                    core.define_stacks();
                     core.emit(None);
                     core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
                     self.flush_done.store(asked, Ordering::Release);

@@ -209,7 +209,9 @@ pub fn hooked<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R)) -> R {
         return call();
     };
     let r = call();
+    let errno = Errno::save();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| after(r)));
+    errno.restore();
     drop(guard);
     r
 }
@@ -223,9 +225,29 @@ pub fn hooked_free<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R, u64)
     };
     let t0 = clock::now_ns();
     let r = call();
+    let errno = Errno::save();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| after(r, t0)));
+    errno.restore();
     drop(guard);
     r
+}
+
+/// The caller's `errno` as the real function left it: the shim's bookkeeping (opening
+/// the trace, a `dlsym`, a thread spawn on first use) must not change what the program
+/// reads afterwards.
+struct Errno(i32);
+
+impl Errno {
+    #[inline(always)]
+    fn save() -> Errno {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        Errno(unsafe { *libc::__errno_location() })
+    }
+    #[inline(always)]
+    fn restore(self) {
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
 }
 
 /// What one hooked call did, before the common fields are filled in.
