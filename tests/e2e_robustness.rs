@@ -345,3 +345,49 @@ fn errno_is_what_the_runtime_left_even_when_the_shim_met_errors() {
     assert_eq!(run.stdout(), String::from_utf8_lossy(&plain.stdout));
     assert!(dir.join("errno_kept.trace.1").is_file());
 }
+
+#[test]
+fn a_forked_child_passes_through_and_an_execed_child_writes_its_own_trace() {
+    let dir = scratch("fork_exec");
+    let template = dir.join("t.%p.trace");
+    let child = gpumemprof_tests::program_command("fork_exec")
+        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
+        .env("GPUMEMPROF_OUTPUT", &template)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent_pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "forked child rc=0\nexec child ok\nparent ok\n"
+    );
+    let mut traces: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+        .collect();
+    traces.sort();
+    assert_eq!(traces.len(), 2, "parent and exec'd child: {traces:?}");
+    let parent = dir.join(format!("t.{parent_pid}.trace"));
+    let exec_child = traces
+        .iter()
+        .find(|p| **p != parent)
+        .expect("the exec'd child's trace");
+    let p = report("summary", &parent, &[]);
+    assert_eq!(
+        p["totals"]["allocations"], 1,
+        "the forked child's allocation is not recorded"
+    );
+    assert_eq!(p["totals"]["live_bytes_at_end"], MIB);
+    let c = report("summary", exec_child, &[]);
+    assert_eq!(c["totals"]["allocations"], 1);
+    assert_eq!(c["totals"]["live_bytes_at_end"], 3 * MIB);
+}
