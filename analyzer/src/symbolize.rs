@@ -89,6 +89,59 @@ struct ModuleFile {
     build_id: Option<Vec<u8>>,
     /// Opened on first trusted use; `None` inside when the file is missing or unreadable.
     loader: OnceCell<Option<Loader>>,
+    /// Function symbols with their sizes, read on first need (see `SizedSymbols`).
+    symbols: OnceCell<SizedSymbols>,
+}
+
+/// The file's function symbols (`.symtab` and `.dynsym`) with their extents, sorted.
+///
+/// Used when DWARF has no function for an address. The nearest preceding symbol is
+/// not good enough: a stripped library (Debian's libc keeps only `.dynsym`) would name
+/// `__libc_init_first` for code in the local `__libc_start_call_main`. A name is given
+/// only when the address lies inside the symbol's [start, start + size).
+#[derive(Default)]
+struct SizedSymbols(Vec<(u64, u64, String)>);
+
+impl SizedSymbols {
+    fn read(path: &str) -> SizedSymbols {
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let Ok(file) = File::open(path) else {
+            return SizedSymbols::default();
+        };
+        let cache = object::ReadCache::new(file);
+        let Ok(parsed) = object::File::parse(&cache) else {
+            return SizedSymbols::default();
+        };
+        let mut v: Vec<(u64, u64, String)> = parsed
+            .symbols()
+            .chain(parsed.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .filter_map(|s| {
+                let name = s.name().ok()?;
+                Some((
+                    s.address(),
+                    s.address().saturating_add(s.size()),
+                    name.to_string(),
+                ))
+            })
+            .collect();
+        v.sort();
+        v.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        SizedSymbols(v)
+    }
+
+    /// The name of the function symbol containing `svma`, if one does.
+    fn containing(&self, svma: u64) -> Option<&str> {
+        let i = self.0.partition_point(|(start, _, _)| *start <= svma);
+        // Symbols may nest (aliases of different sizes): look back over those starting
+        // at or before the address for one that still covers it.
+        self.0[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|(_, end, _)| svma < *end)
+            .map(|(_, _, name)| name.as_str())
+    }
 }
 
 pub struct Symbolizer<'a> {
@@ -167,7 +220,21 @@ impl<'a> Symbolizer<'a> {
         }
         let module = &modules[index];
         let frames = match self.loader(module) {
-            Some(loader) => lookup(loader, address, module),
+            Some(loader) => {
+                let mut frames = lookup(loader, address, module);
+                // No DWARF function for the outermost frame: the symbol table may know.
+                if let Some(outer) = frames.last_mut().filter(|f| f.function.is_none()) {
+                    let symbols = self
+                        .files
+                        .get(&module.path)
+                        .map(|f| f.symbols.get_or_init(|| SizedSymbols::read(&module.path)));
+                    let probe = address.wrapping_sub(1).wrapping_sub(module.bias);
+                    outer.function = symbols
+                        .and_then(|s| s.containing(probe))
+                        .map(|name| addr2line::demangle_auto(name.into(), None).into_owned());
+                }
+                frames
+            }
             None => vec![Frame::bare(address, Some(module))],
         };
         self.cache.insert((address, index), frames.clone());
@@ -182,6 +249,7 @@ impl<'a> Symbolizer<'a> {
             .or_insert_with(|| ModuleFile {
                 build_id: read_build_id(&module.path),
                 loader: OnceCell::new(),
+                symbols: OnceCell::new(),
             });
         if !module.build_id.is_empty() && file.build_id.as_deref() != Some(&module.build_id[..]) {
             // Once per file, and only if the file is there at all (missing is not news).
@@ -226,14 +294,6 @@ fn lookup(loader: &Loader, address: u64, module: &Module) -> Vec<Frame> {
         Some(outer) => outer.inlined = false,
         None => out.push(Frame::bare(address, Some(module))),
     }
-    // No DWARF function for the outermost frame: the symbol table usually still knows.
-    if let Some(outer) = out.last_mut() {
-        if outer.function.is_none() {
-            outer.function = loader
-                .find_symbol(probe)
-                .map(|name| addr2line::demangle_auto(name.into(), None).into_owned());
-        }
-    }
     out
 }
 
@@ -244,4 +304,27 @@ fn read_build_id(path: &str) -> Option<Vec<u8>> {
     let parsed = object::File::parse(&cache).ok()?;
     let id = object::Object::build_id(&parsed).ok()??;
     Some(id.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SizedSymbols;
+
+    #[test]
+    fn a_symbol_names_only_addresses_inside_it() {
+        let s = SizedSymbols(vec![
+            (0x100, 0x110, "small".into()),
+            (0x200, 0x300, "outer".into()),
+            (0x240, 0x250, "alias_inside".into()),
+        ]);
+        assert_eq!(s.containing(0x0ff), None);
+        assert_eq!(s.containing(0x100), Some("small"));
+        assert_eq!(s.containing(0x10f), Some("small"));
+        // Past the end of `small` and before `outer`: no name, not the nearest one.
+        assert_eq!(s.containing(0x150), None);
+        assert_eq!(s.containing(0x245), Some("alias_inside"));
+        // Past the nested symbol, still inside the outer one.
+        assert_eq!(s.containing(0x260), Some("outer"));
+        assert_eq!(s.containing(0x300), None);
+    }
 }
