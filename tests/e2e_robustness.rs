@@ -293,7 +293,7 @@ fn the_public_c_api_reports_state_path_and_version() {
 }
 
 #[test]
-fn a_tiny_queue_makes_threads_wait_but_loses_nothing() {
+fn a_tiny_queue_loses_nothing() {
     let dir = scratch("tiny_queue");
     let run = run_profiled(
         &dir,

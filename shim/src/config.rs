@@ -2,8 +2,6 @@
 //! initialisation (never on the hot path), and documented from the `VARS` table below,
 //! which the README's environment table is checked against (see `tests` at the bottom).
 
-use std::ffi::CStr;
-
 /// How much of the call stack to record with each event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StackMode {
@@ -99,22 +97,10 @@ pub const VARS: &[Var] = &[
     },
 ];
 
-fn env(name: &str) -> Option<String> {
-    // Build the C string on the stack: this runs once per variable at init.
-    let mut buf = [0u8; 64];
-    let bytes = name.as_bytes();
-    if bytes.len() >= buf.len() {
-        return None;
-    }
-    buf[..bytes.len()].copy_from_slice(bytes);
-    let key = CStr::from_bytes_until_nul(&buf).ok()?;
-    // SAFETY: getenv with a valid NUL-terminated key; the result is copied at once.
-    let v = unsafe { libc::getenv(key.as_ptr()) };
-    if v.is_null() {
-        return None;
-    }
-    // SAFETY: getenv returns a NUL-terminated string.
-    Some(unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
+/// The one reader of the process environment (values decoded lossily). Called at
+/// initialisation only, never on the hot path.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
 fn flag(v: &str) -> Option<bool> {

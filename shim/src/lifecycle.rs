@@ -12,7 +12,7 @@
 //! touch a GPU. The trace file and the writer thread appear with the first allocation.
 
 use crate::clock;
-use crate::config::{Config, StackMode};
+use crate::config::{env, Config, StackMode};
 use crate::output;
 use crate::pipeline::{Pipeline, WriterCore};
 use crate::stack;
@@ -93,10 +93,6 @@ fn init_slow() -> Option<&'static Pipeline> {
             None
         }
     }
-}
-
-fn env(k: &str) -> Option<String> {
-    std::env::var(k).ok()
 }
 
 fn start() -> Option<&'static Pipeline> {
