@@ -33,6 +33,7 @@ use crossbeam_queue::ArrayQueue;
 use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
 };
+use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::fs::File;
@@ -53,7 +54,8 @@ pub const ZSTD_LEVEL: i32 = 3;
 pub struct Pipeline {
     queue: ArrayQueue<Event>,
     core: Mutex<WriterCore>,
-    writer: Mutex<Option<Thread>>,
+    /// Set once when the writer thread starts; read without a lock to unpark it.
+    writer: OnceCell<Thread>,
     writer_sleeping: AtomicBool,
     wake_threshold: usize,
     queue_waits: AtomicU64,
@@ -277,7 +279,7 @@ impl Pipeline {
         Pipeline {
             queue: ArrayQueue::new(capacity),
             core: Mutex::new(core),
-            writer: Mutex::new(None),
+            writer: OnceCell::new(),
             writer_sleeping: AtomicBool::new(false),
             wake_threshold: (capacity / 4).max(1),
             queue_waits: AtomicU64::new(0),
@@ -291,12 +293,12 @@ impl Pipeline {
     }
 
     pub fn set_writer(&self, t: Thread) {
-        *self.writer.lock() = Some(t);
+        let _ = self.writer.set(t);
     }
 
     fn wake_writer(&self) {
         if self.writer_sleeping.swap(false, Ordering::AcqRel) {
-            if let Some(t) = self.writer.lock().as_ref() {
+            if let Some(t) = self.writer.get() {
                 t.unpark();
             }
         }
