@@ -25,7 +25,7 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::io::Read;
 
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, ReadError, Record, TraceReader,
+    Alloc, AllocFailed, Free, MemKind, Module, ReadError, Record, Sample, TraceReader, FREE_RANGE,
 };
 
 /// Failed allocations kept with their details for reports; later ones are only counted.
@@ -136,12 +136,39 @@ pub struct Pipeline {
     pub unknown_records: u64,
 }
 
+/// What NVML said about one device over the run, next to what the hooks tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NvmlDevice {
+    /// NVML device index (taken to be the CUDA ordinal: true unless
+    /// `CUDA_VISIBLE_DEVICES` or `CUDA_DEVICE_ORDER` reorder devices).
+    pub device: i32,
+    pub samples: u64,
+    /// The sample where NVML saw this process use the most memory on the device.
+    pub peak: Sample,
+    /// Device bytes the hooks tracked as live on that device at `peak`'s time.
+    pub tracked_at_peak: u64,
+    /// The last sample, and the tracked bytes at its time.
+    pub last: Sample,
+    pub tracked_at_last: u64,
+}
+
+impl NvmlDevice {
+    /// Memory the hooks did not see at NVML's peak (context, library workspaces).
+    pub fn untracked_at_peak(&self) -> u64 {
+        self.peak.process_used.saturating_sub(self.tracked_at_peak)
+    }
+    pub fn untracked_at_last(&self) -> u64 {
+        self.last.process_used.saturating_sub(self.tracked_at_last)
+    }
+}
+
 /// Everything the reports need, once the stream has been consumed.
 #[derive(Debug, Clone, Default)]
 pub struct Replayed {
     /// Sorted by device, then kind.
     pub rows: Vec<Row>,
-    /// All rows together; `peak_bytes` is the peak of the combined live bytes.
+    /// All memory rows together (not reservations or VMM handles, see
+    /// `MemKind::is_memory`); `peak_bytes` is the peak of the combined live bytes.
     pub totals: Counters,
     /// Successful frees of addresses that were not live.
     pub unknown_frees: u64,
@@ -149,8 +176,11 @@ pub struct Replayed {
     pub failed_frees: u64,
     /// The first `MAX_KEPT_FAILURES` failed allocations, in trace order.
     pub failures: Vec<FailedAlloc>,
-    /// Allocations live at the end of the trace, in no particular order.
+    /// Allocations live at the end of the trace, in no particular order (reservations and
+    /// VMM handles included: filter on `kind.is_memory()`).
     pub live: Vec<LiveAlloc>,
+    /// NVML samples per device, sorted by device; empty when the trace has none.
+    pub nvml: Vec<NvmlDevice>,
     pub stacks: HashMap<u64, StackInfo>,
     /// In trace order.
     pub modules: Vec<Module>,
@@ -185,7 +215,8 @@ impl RowState {
 /// The streaming state. Feed it records with `record`, then call `finish`.
 #[derive(Debug, Default)]
 pub struct Replay {
-    live: HashMap<u64, Slot>,
+    /// Per address space (`MemKind::space`): memory, reservations, VMM handles.
+    live: [HashMap<u64, Slot>; 3],
     /// A handful of rows at most: a linear scan beats hashing the key on every event.
     rows: Vec<((i32, MemKind), RowState)>,
     totals: Counters,
@@ -195,6 +226,7 @@ pub struct Replay {
     stacks: HashMap<u64, StackInfo>,
     modules: Vec<Module>,
     pipeline: Pipeline,
+    nvml: Vec<NvmlDevice>,
 }
 
 impl Replay {
@@ -231,6 +263,7 @@ impl Replay {
                     self.pipeline.complete = true;
                 }
             }
+            Record::Sample(m) => self.sample(&m),
             Record::Unknown { .. } => self.pipeline.unknown_records += 1,
         }
     }
@@ -278,7 +311,7 @@ impl Replay {
             device: a.device,
             kind: a.kind,
         };
-        match self.live.entry(a.address) {
+        match self.live[a.kind.space()].entry(a.address) {
             Entry::Vacant(e) => {
                 e.insert(Slot::One(live));
             }
@@ -298,7 +331,9 @@ impl Replay {
         site.stack = a.stack;
         site.bytes = site.bytes.saturating_add(a.size);
         site.count += 1;
-        self.totals.add(a.size, a.time_ns);
+        if a.kind.is_memory() {
+            self.totals.add(a.size, a.time_ns);
+        }
     }
 
     fn free(&mut self, f: &Free) {
@@ -312,10 +347,35 @@ impl Replay {
             self.failed_frees += 1;
             return;
         }
-        let Some(freed) = self.take_live(f.address, f.time_ns) else {
+        let space = f.kind.space();
+        if f.flags & FREE_RANGE != 0 {
+            // Mappings inside the range lie end to end (an unmap covers whole,
+            // contiguous mappings); walk them from the start.
+            let end = f.address.saturating_add(f.size);
+            let mut at = f.address;
+            let mut released = 0;
+            while at < end {
+                let Some(freed) = self.take_live(space, at, f.time_ns) else {
+                    break;
+                };
+                at = at.saturating_add(freed.size.max(1));
+                self.release(freed);
+                released += 1;
+            }
+            if released == 0 {
+                self.unknown_frees += 1;
+            }
+            return;
+        }
+        let Some(freed) = self.take_live(space, f.address, f.time_ns) else {
             self.unknown_frees += 1;
             return;
         };
+        self.release(freed);
+    }
+
+    /// Applies the release of a live allocation to its row and the totals.
+    fn release(&mut self, freed: LiveAlloc) {
         let row = self.row(freed.device, freed.kind);
         if row.peak_pending {
             // Before applying the free: the state now is the state at the peak.
@@ -330,14 +390,44 @@ impl Replay {
                 e.remove();
             }
         }
-        self.totals.remove(freed.size);
+        if freed.kind.is_memory() {
+            self.totals.remove(freed.size);
+        }
+    }
+
+    fn sample(&mut self, m: &Sample) {
+        self.saw_time(m.time_ns);
+        let tracked = self
+            .rows
+            .iter()
+            .find(|(key, _)| *key == (m.device, MemKind::Device))
+            .map_or(0, |(_, row)| row.counters.live_bytes);
+        let index = match self.nvml.iter().position(|d| d.device == m.device) {
+            Some(i) => i,
+            None => {
+                self.nvml.push(NvmlDevice {
+                    device: m.device,
+                    ..NvmlDevice::default()
+                });
+                self.nvml.len() - 1
+            }
+        };
+        let d = &mut self.nvml[index];
+        d.samples += 1;
+        // Strictly greater: the first sample at the peak is kept.
+        if d.samples == 1 || m.process_used > d.peak.process_used {
+            d.peak = *m;
+            d.tracked_at_peak = tracked;
+        }
+        d.last = *m;
+        d.tracked_at_last = tracked;
     }
 
     /// Removes the allocation a free at `time_ns` releases: of those live at `address`,
     /// the latest allocated at or before the free, or else the oldest (a free can only
     /// arrive before its allocation through reordering, and the oldest is the likeliest).
-    fn take_live(&mut self, address: u64, time_ns: u64) -> Option<LiveAlloc> {
-        let Entry::Occupied(mut e) = self.live.entry(address) else {
+    fn take_live(&mut self, space: usize, address: u64, time_ns: u64) -> Option<LiveAlloc> {
+        let Entry::Occupied(mut e) = self.live[space].entry(address) else {
             return None;
         };
         let all = match e.get_mut() {
@@ -411,7 +501,7 @@ impl Replay {
             .collect();
         rows.sort_by_key(|r| (r.device, r.kind));
         let mut live = Vec::new();
-        for slot in self.live.into_values() {
+        for slot in self.live.into_iter().flat_map(|m| m.into_values()) {
             match slot {
                 Slot::One(a) => live.push(a),
                 Slot::Many(all) => live.extend(all),
@@ -427,6 +517,11 @@ impl Replay {
             stacks: self.stacks,
             modules: self.modules,
             pipeline: self.pipeline,
+            nvml: {
+                let mut nvml = self.nvml;
+                nvml.sort_by_key(|d| d.device);
+                nvml
+            },
         }
     }
 }
@@ -486,6 +581,8 @@ mod tests {
             stack: 0,
             result,
             flags: 0,
+            kind: MemKind::Device,
+            size: 0,
         })
     }
 
@@ -728,5 +825,95 @@ mod tests {
         ]);
         assert_eq!(r.rows[0].counters.live_bytes, 0);
         assert_eq!(r.rows[0].counters.peak_bytes, u64::MAX);
+    }
+
+    fn free_kind(t: u64, kind: MemKind, address: u64, flags: u8, size: u64) -> Record {
+        Record::Free(Free {
+            time_ns: t,
+            tid: 1,
+            api: 1,
+            address,
+            stream: 0,
+            stack: 0,
+            result: 0,
+            flags,
+            kind,
+            size,
+        })
+    }
+
+    /// The expandable-segments pattern: reserve 64 MiB, create and map four 2 MiB
+    /// handles end to end, unmap the last two with one call, release their handles.
+    #[test]
+    fn vmm_mappings_count_once_and_one_unmap_releases_adjacent_mappings() {
+        const MIB: u64 = 1 << 20;
+        let base = 0x7100_0000_0000u64;
+        let mut recs = vec![alloc(1, 0, MemKind::AddressReservation, base, 64 * MIB, 9)];
+        for i in 0..4u64 {
+            recs.push(alloc(
+                2 + i,
+                0,
+                MemKind::VmmHandle,
+                0x4a00_0000 + i,
+                2 * MIB,
+                8,
+            ));
+            recs.push(alloc(2 + i, 0, D, base + i * 2 * MIB, 2 * MIB, 7));
+        }
+        recs.push(free_kind(10, D, base + 4 * MIB, FREE_RANGE, 4 * MIB));
+        recs.push(free_kind(11, MemKind::VmmHandle, 0x4a00_0002, 0, 0));
+        recs.push(free_kind(11, MemKind::VmmHandle, 0x4a00_0003, 0, 0));
+        let r = run(recs);
+        let row = |kind| r.rows.iter().find(|row| row.kind == kind).unwrap().counters;
+        let device = row(D);
+        assert_eq!((device.allocations, device.frees), (4, 2));
+        assert_eq!((device.peak_bytes, device.live_bytes), (8 * MIB, 4 * MIB));
+        assert_eq!(row(MemKind::VmmHandle).live_bytes, 4 * MIB);
+        assert_eq!(row(MemKind::AddressReservation).live_bytes, 64 * MIB);
+        // Only the mappings are memory.
+        assert_eq!(
+            (r.totals.peak_bytes, r.totals.live_bytes),
+            (8 * MIB, 4 * MIB)
+        );
+        assert_eq!(r.totals.allocations, 4);
+        assert_eq!(r.unknown_frees, 0);
+        // The reservation shares its address with the first mapping, in its own space.
+        assert_eq!(r.live.iter().filter(|a| a.address == base).count(), 2);
+    }
+
+    #[test]
+    fn a_range_free_of_nothing_live_is_one_unknown_free() {
+        let r = run(vec![free_kind(1, D, 0x1000, FREE_RANGE, 4096)]);
+        assert_eq!(r.unknown_frees, 1);
+    }
+
+    #[test]
+    fn nvml_samples_are_set_against_tracked_device_bytes() {
+        let sample = |t, used| {
+            Record::Sample(Sample {
+                time_ns: t,
+                device: 0,
+                process_used: used,
+                device_used: used,
+                device_total: 1000,
+            })
+        };
+        let r = run(vec![
+            sample(1, 64),
+            alloc(2, 0, D, 0x1000, 100, 1),
+            alloc(3, 0, MemKind::Managed, 0x9000, 50, 1),
+            sample(4, 164),
+            free(5, 0x1000),
+            sample(6, 64),
+        ]);
+        assert_eq!(r.nvml.len(), 1);
+        let d = r.nvml[0];
+        assert_eq!(d.samples, 3);
+        assert_eq!((d.peak.time_ns, d.peak.process_used), (4, 164));
+        assert_eq!((d.tracked_at_peak, d.untracked_at_peak()), (100, 64));
+        assert_eq!(
+            (d.last.time_ns, d.tracked_at_last, d.untracked_at_last()),
+            (6, 0, 64)
+        );
     }
 }

@@ -115,6 +115,8 @@ fn free_with(t: u64, address: u64, result: u32) -> Record {
         stack: 0,
         result,
         flags: 0,
+        kind: MemKind::Device,
+        size: 0,
     })
 }
 

@@ -22,12 +22,13 @@
 //!
 //! Payloads (all varints unless noted):
 //!  1 Alloc:       dt, tid, api, kind, device(zz), address, size, stream, pool, stack
-//!  2 Free:        dt, tid, api, address, stream, stack, result, flags
+//!  2 Free:        dt, tid, api, address, stream, stack, result, flags, kind, size
 //!  3 AllocFailed: dt, tid, api, kind, device(zz), size, stream, pool, stack, result
 //!  4 Stack:       id, n, frame0, then n-1 zigzag deltas from the previous frame
 //!  5 Module:      time, bias, start, end, path_len, path bytes, build_id_len, build_id bytes
 //!  6 Stats:       time, events, queue_waits, dropped
 //!  7 End:         time, events, queue_waits, dropped
+//!  8 Sample:      time, device(zz), process_used, device_used, device_total
 
 mod reader;
 pub mod record;
@@ -52,6 +53,7 @@ pub mod kind {
     pub const MODULE: u8 = 5;
     pub const STATS: u8 = 6;
     pub const END: u8 = 7;
+    pub const SAMPLE: u8 = 8;
 }
 
 /// The JSON header may not exceed this (real headers are a few KiB; argv is capped by the shim).

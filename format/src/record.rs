@@ -3,12 +3,20 @@
 //! (decoding) use exactly these types.
 
 /// Where the memory lives. Device totals only ever count `Device`; managed and pinned
-/// host memory are reported as their own kinds.
+/// host memory are reported as their own kinds. Two kinds are not memory in use at all
+/// (`is_memory` is false): an address-space reservation (`cuMemAddressReserve`) and a
+/// physical VMM handle (`cuMemCreate`), whose bytes count once mapped (`cuMemMap`
+/// records a `Device` allocation for each mapping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MemKind {
     Device,
     Managed,
     PinnedHost,
+    /// Virtual address space reserved for later mapping; never counted as memory.
+    AddressReservation,
+    /// Physical memory behind a VMM handle (`cuMemCreate`/`hipMemCreate`); counted
+    /// through its mappings, never on its own.
+    VmmHandle,
     /// A kind written by a newer shim; kept so totals stay honest.
     Other(u8),
 }
@@ -19,6 +27,8 @@ impl MemKind {
             MemKind::Device => 0,
             MemKind::Managed => 1,
             MemKind::PinnedHost => 2,
+            MemKind::AddressReservation => 3,
+            MemKind::VmmHandle => 4,
             MemKind::Other(v) => v,
         }
     }
@@ -27,6 +37,8 @@ impl MemKind {
             0 => MemKind::Device,
             1 => MemKind::Managed,
             2 => MemKind::PinnedHost,
+            3 => MemKind::AddressReservation,
+            4 => MemKind::VmmHandle,
             v => MemKind::Other(v),
         }
     }
@@ -36,7 +48,25 @@ impl MemKind {
             MemKind::Device => "device",
             MemKind::Managed => "managed",
             MemKind::PinnedHost => "pinned_host",
+            MemKind::AddressReservation => "address_reservation",
+            MemKind::VmmHandle => "vmm_handle",
             MemKind::Other(_) => "other",
+        }
+    }
+    /// False for the kinds that are bookkeeping, not memory in use (reservations and
+    /// VMM handles): reports leave them out of totals, peaks and leaks.
+    pub fn is_memory(self) -> bool {
+        !matches!(self, MemKind::AddressReservation | MemKind::VmmHandle)
+    }
+    /// Live allocations of these kinds share one address space per kind group: device,
+    /// managed and pinned memory have distinct addresses (unified addressing), while a
+    /// reservation shares its address with the mappings inside it and a handle is not an
+    /// address at all.
+    pub fn space(self) -> usize {
+        match self {
+            MemKind::AddressReservation => 1,
+            MemKind::VmmHandle => 2,
+            _ => 0,
         }
     }
 }
@@ -64,8 +94,11 @@ pub struct Alloc {
     pub stack: u64,
 }
 
-/// Flags on a free.
+/// Flags on a free: the free is stream-ordered (`cudaFreeAsync`, `cuMemFreeAsync`).
 pub const FREE_STREAM_ORDERED: u8 = 1;
+/// Flags on a free: it releases every live allocation of the address space that lies in
+/// `[address, address + size)` (`cuMemUnmap` over several mappings), not one address.
+pub const FREE_RANGE: u8 = 2;
 
 /// A call to a free function (recorded whether or not the pointer was ever seen,
 /// and whether or not the call succeeded).
@@ -81,6 +114,12 @@ pub struct Free {
     pub result: u32,
     /// Bit set of `FREE_*` flags.
     pub flags: u8,
+    /// Which address space the address is in (`MemKind::space`): `Device` for memory of
+    /// any kind, `AddressReservation` for `cuMemAddressFree`, `VmmHandle` for
+    /// `cuMemRelease`. Traces older than this field read as `Device`.
+    pub kind: MemKind,
+    /// Bytes of the range for `FREE_RANGE`; 0 otherwise.
+    pub size: u64,
 }
 
 /// An allocation call that failed.
@@ -129,6 +168,20 @@ pub struct Stats {
     pub dropped: u64,
 }
 
+/// Device memory as NVML saw it at one moment (sampled by the shim's writer thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sample {
+    pub time_ns: u64,
+    /// NVML device index.
+    pub device: i32,
+    /// Bytes NVML says this process uses on the device (context, library workspaces and
+    /// every allocation, seen by the hooks or not).
+    pub process_used: u64,
+    /// Bytes used on the device by all processes.
+    pub device_used: u64,
+    pub device_total: u64,
+}
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -143,6 +196,8 @@ pub enum Record {
     Module(Module),
     /// Periodic pipeline counters.
     Stats(Stats),
+    /// An NVML sample of one device.
+    Sample(Sample),
     /// Written once when the trace is closed cleanly; its absence means the process
     /// died (or was still running) before the final flush.
     End(Stats),

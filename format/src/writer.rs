@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use zstd::bulk::Compressor;
 use zstd::zstd_safe::{self, CParameter};
 
-use crate::record::{Alloc, AllocFailed, Free, Module, Record, Stats};
+use crate::record::{Alloc, AllocFailed, Free, Module, Record, Sample, Stats};
 use crate::varint::{put_u64, zigzag};
 use crate::{
     kind, FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN,
@@ -79,6 +79,8 @@ impl BlockEncoder {
         put_u64(s, f.stack);
         put_u64(s, f.result.into());
         put_u64(s, f.flags.into());
+        put_u64(s, f.kind.to_u8().into());
+        put_u64(s, f.size);
         self.commit(kind::FREE);
     }
 
@@ -148,6 +150,18 @@ impl BlockEncoder {
         self.commit(k);
     }
 
+    /// An NVML sample.
+    pub fn sample(&mut self, m: &Sample) {
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, m.time_ns);
+        put_u64(s, zigzag(m.device.into()));
+        put_u64(s, m.process_used);
+        put_u64(s, m.device_used);
+        put_u64(s, m.device_total);
+        self.commit(kind::SAMPLE);
+    }
+
     /// Periodic pipeline counters.
     pub fn stats(&mut self, s: &Stats) {
         self.counters(kind::STATS, s);
@@ -167,6 +181,7 @@ impl BlockEncoder {
             Record::Stack { id, frames } => self.stack(*id, frames),
             Record::Module(m) => self.module(m),
             Record::Stats(s) => self.stats(s),
+            Record::Sample(m) => self.sample(m),
             Record::End(s) => self.end(s),
             Record::Unknown { .. } => {}
         }

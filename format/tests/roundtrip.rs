@@ -139,6 +139,8 @@ fn every_kind() -> Vec<Record> {
             stack: 0,
             result: u32::MAX,
             flags: u8::MAX,
+            kind: MemKind::Device,
+            size: 0,
         }),
         Record::AllocFailed(AllocFailed {
             time_ns: u64::MAX,
@@ -166,6 +168,8 @@ fn every_kind() -> Vec<Record> {
             stack: 0,
             result: 0,
             flags: FREE_STREAM_ORDERED,
+            kind: MemKind::Device,
+            size: 0,
         }),
         Record::Module(Module {
             time_ns: 17,
@@ -183,6 +187,30 @@ fn every_kind() -> Vec<Record> {
             path: String::new(),
             build_id: vec![],
         }),
+        Record::Free(Free {
+            time_ns: 9,
+            tid: 7,
+            api: 30,
+            address: 0x7000_0000_0000,
+            stream: 0,
+            stack: 1,
+            result: 0,
+            flags: FREE_RANGE,
+            kind: MemKind::Device,
+            size: 4 << 20,
+        }),
+        Record::Free(Free {
+            kind: MemKind::VmmHandle,
+            ..free_at(10, 0x4a00_0010)
+        }),
+        Record::Sample(Sample {
+            time_ns: 11,
+            device: 3,
+            process_used: 1 << 40,
+            device_used: u64::MAX,
+            device_total: 80 << 30,
+        }),
+        Record::Sample(Sample::default()),
         Record::Stats(Stats {
             time_ns: u64::MAX,
             events: u64::MAX,
@@ -191,6 +219,44 @@ fn every_kind() -> Vec<Record> {
         }),
         Record::End(Stats::default()),
     ]
+}
+
+fn free_at(time_ns: u64, address: u64) -> Free {
+    Free {
+        time_ns,
+        tid: 1,
+        api: 2,
+        address,
+        stream: 0,
+        stack: 0,
+        result: 0,
+        flags: 0,
+        kind: MemKind::Device,
+        size: 0,
+    }
+}
+
+/// A free written before `kind` and `size` were appended (format version 1 as first
+/// released) reads as a plain free of memory.
+#[test]
+fn a_free_without_the_appended_fields_reads_as_memory() {
+    let raw = rec(kind::FREE, &[20, 1, 2, 3, 4, 5, 6, 1]);
+    let (recs, _) = read_all(&file_of_raw(&[raw])).expect("readable");
+    assert_eq!(
+        recs,
+        vec![Record::Free(Free {
+            time_ns: 10,
+            tid: 1,
+            api: 2,
+            address: 3,
+            stream: 4,
+            stack: 5,
+            result: 6,
+            flags: 1,
+            kind: MemKind::Device,
+            size: 0,
+        })]
+    );
 }
 
 fn write_trace(blocks: &[Vec<Record>]) -> Vec<u8> {
@@ -242,6 +308,8 @@ fn many_random_events_round_trip() {
                     stack: x.below(100),
                     result: x.next() as u32,
                     flags: x.next() as u8,
+                    kind: MemKind::Device,
+                    size: 0,
                 }),
                 _ => Record::Stack {
                     id: x.next(),
@@ -277,6 +345,8 @@ fn exact_encoding() {
         stack: 5,
         result: 6,
         flags: 1,
+        kind: MemKind::Device,
+        size: 0,
     });
     e.free(&Free {
         time_ns: 7,
@@ -287,10 +357,12 @@ fn exact_encoding() {
         stack: 5,
         result: 6,
         flags: 1,
+        kind: MemKind::Device,
+        size: 0,
     });
     // dt = zigzag(10) = 20, then zigzag(-3) = 5.
-    let one = [kind::FREE, 8, 20, 1, 2, 3, 4, 5, 6, 1];
-    let two = [kind::FREE, 8, 5, 1, 2, 3, 4, 5, 6, 1];
+    let one = [kind::FREE, 10, 20, 1, 2, 3, 4, 5, 6, 1, 0, 0];
+    let two = [kind::FREE, 10, 5, 1, 2, 3, 4, 5, 6, 1, 0, 0];
     assert_eq!(e.raw(), [&one[..], &two[..]].concat());
     e.clear();
     e.stack(9, &[100, 90, 110]);
@@ -436,6 +508,8 @@ fn trailing_payload_bytes_are_ignored() {
             stack: 6,
             result: 7,
             flags: 0,
+            kind: MemKind::Device,
+            size: 0,
         }),
         Record::AllocFailed(AllocFailed {
             time_ns: 1,
@@ -718,6 +792,8 @@ fn cut_at_every_offset() {
             stack: 1,
             result: 0,
             flags: 0,
+            kind: MemKind::Device,
+            size: 0,
         })],
         every_kind(),
         vec![Record::End(Stats {

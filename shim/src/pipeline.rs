@@ -175,6 +175,8 @@ impl WriterCore {
                 stack,
                 result: ev.result,
                 flags: ev.flags,
+                kind: MemKind::from_u8(ev.mem),
+                size: ev.size,
             }),
             EventKind::AllocFailed => Pending::Failed(AllocFailed {
                 time_ns,

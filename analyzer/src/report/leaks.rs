@@ -57,7 +57,8 @@ pub fn build(
 ) -> LeaksReport {
     let mut groups: HashMap<(u64, MemKind), Group> = HashMap::new();
     let (mut total_bytes, mut total_count) = (0u64, 0u64);
-    for a in &r.live {
+    // Reservations and VMM handles are not memory in use; their mappings are.
+    for a in r.live.iter().filter(|a| a.kind.is_memory()) {
         total_bytes = total_bytes.saturating_add(a.size);
         total_count += 1;
         let g = groups.entry((a.stack, a.kind)).or_insert(Group {

@@ -51,7 +51,7 @@ pub fn build(
     let peaks = r
         .rows
         .iter()
-        .filter(|row| row.counters.allocations > 0)
+        .filter(|row| row.kind.is_memory() && row.counters.allocations > 0)
         .map(|row| {
             let mut sites = row.peak_sites.clone();
             // Largest first; ties in a fixed order so reports are reproducible.

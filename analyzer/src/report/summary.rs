@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{TraceInfo, SCHEMA_VERSION};
-use crate::replay::{Counters, Replayed};
+use crate::replay::{Counters, NvmlDevice, Replayed};
 use crate::units;
 
 #[derive(Debug, Clone, Serialize)]
@@ -23,13 +23,55 @@ pub struct SummaryReport {
     pub failed_frees: u64,
     /// Allocation calls that returned an error, all rows.
     pub failed_allocations: u64,
+    /// What NVML saw this process use per device, against what the hooks tracked;
+    /// empty when the trace has no NVML samples.
+    pub nvml: Vec<NvmlRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NvmlRow {
+    /// NVML device index.
+    pub device: i32,
+    pub samples: u64,
+    /// The most NVML saw this process use on the device, and when.
+    pub peak_used_bytes: u64,
+    pub peak_time_ns: u64,
+    /// Device bytes live in the hooks' view at that time.
+    pub tracked_at_peak_bytes: u64,
+    /// `peak_used_bytes - tracked_at_peak_bytes`: the CUDA context, library workspaces,
+    /// allocations by paths the hooks do not see.
+    pub untracked_at_peak_bytes: u64,
+    pub last_used_bytes: u64,
+    pub last_time_ns: u64,
+    pub tracked_at_last_bytes: u64,
+    pub untracked_at_last_bytes: u64,
+    pub device_total_bytes: u64,
+}
+
+impl From<&NvmlDevice> for NvmlRow {
+    fn from(d: &NvmlDevice) -> NvmlRow {
+        NvmlRow {
+            device: d.device,
+            samples: d.samples,
+            peak_used_bytes: d.peak.process_used,
+            peak_time_ns: d.peak.time_ns,
+            tracked_at_peak_bytes: d.tracked_at_peak,
+            untracked_at_peak_bytes: d.untracked_at_peak(),
+            last_used_bytes: d.last.process_used,
+            last_time_ns: d.last.time_ns,
+            tracked_at_last_bytes: d.tracked_at_last,
+            untracked_at_last_bytes: d.untracked_at_last(),
+            device_total_bytes: d.last.device_total,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SummaryRow {
     /// CUDA device ordinal; -1 when the shim could not tell.
     pub device: i32,
-    /// "device", "managed", "pinned_host" or "other".
+    /// "device", "managed", "pinned_host", "address_reservation", "vmm_handle" or
+    /// "other". Reservations and VMM handles are not in `totals`.
     pub kind: &'static str,
     #[serde(flatten)]
     pub counts: Counts,
@@ -83,6 +125,7 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
         unknown_frees: r.unknown_frees,
         failed_frees: r.failed_frees,
         failed_allocations: r.totals.failed_allocations,
+        nvml: r.nvml.iter().map(NvmlRow::from).collect(),
     }
 }
 
@@ -93,7 +136,7 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
     } else {
         writeln!(
             out,
-            "{:>6}  {:<11}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
+            "{:>6}  {:<19}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
             "device",
             "kind",
             "allocs",
@@ -125,13 +168,25 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
         out,
         "unknown frees {}, failed frees {}, failed allocations {}",
         report.unknown_frees, report.failed_frees, report.failed_allocations
-    )
+    )?;
+    for n in &report.nvml {
+        writeln!(
+            out,
+            "NVML device {}: this process used at most {} (at {}), hooks tracked {} then: {} not seen by the hooks (context, library workspaces)",
+            n.device,
+            units::bytes_exact(n.peak_used_bytes),
+            units::secs(n.peak_time_ns),
+            units::bytes_exact(n.tracked_at_peak_bytes),
+            units::bytes_exact(n.untracked_at_peak_bytes)
+        )?;
+    }
+    Ok(())
 }
 
 fn line(out: &mut dyn Write, device: &str, kind: &str, c: &Counts) -> io::Result<()> {
     writeln!(
         out,
-        "{:>6}  {:<11}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
+        "{:>6}  {:<19}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
         device,
         kind,
         c.allocations,

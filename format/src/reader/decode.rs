@@ -2,7 +2,7 @@
 //! Input is untrusted: every failure is a message for `ReadError::Corrupt`, never a panic,
 //! and nothing is allocated before its size is checked against the payload or a `MAX_*`.
 
-use crate::record::{Alloc, AllocFailed, Free, MemKind, Module, Record, Stats};
+use crate::record::{Alloc, AllocFailed, Free, MemKind, Module, Record, Sample, Stats};
 use crate::varint::{Cursor, DecodeError};
 use crate::{kind, MAX_STACK_FRAMES};
 
@@ -17,6 +17,7 @@ fn kind_name(k: u8) -> &'static str {
         kind::MODULE => "module",
         kind::STATS => "stats",
         kind::END => "end",
+        kind::SAMPLE => "sample",
         _ => "unknown",
     }
 }
@@ -58,6 +59,10 @@ impl<'a> Fields<'a> {
     }
     fn mem_kind(&mut self) -> Res<MemKind> {
         self.uint::<u8>("kind").map(MemKind::from_u8)
+    }
+    /// A field appended after the first version: absent in older traces.
+    fn at_end(&self) -> bool {
+        self.c.remaining() == 0
     }
     /// Length-prefixed bytes; the length is checked against the payload before slicing.
     fn blob(&mut self, field: &str) -> Res<&'a [u8]> {
@@ -114,6 +119,12 @@ pub fn decode(k: u8, payload: &[u8], last_time: &mut u64) -> Res<Record> {
                 stack: f.u64("stack")?,
                 result: f.uint("result")?,
                 flags: f.uint("flags")?,
+                kind: if f.at_end() {
+                    MemKind::Device
+                } else {
+                    f.mem_kind()?
+                },
+                size: if f.at_end() { 0 } else { f.u64("size")? },
             })
         }
         kind::ALLOC_FAILED => {
@@ -181,6 +192,13 @@ pub fn decode(k: u8, payload: &[u8], last_time: &mut u64) -> Res<Record> {
                 Record::End(s)
             }
         }
+        kind::SAMPLE => Record::Sample(Sample {
+            time_ns: f.u64("time")?,
+            device: f.device()?,
+            process_used: f.u64("process_used")?,
+            device_used: f.u64("device_used")?,
+            device_total: f.u64("device_total")?,
+        }),
         _ => Record::Unknown {
             kind: k,
             len: payload.len(),
