@@ -771,6 +771,8 @@ mod tests {
                 pool: 0,
                 stack: 0,
                 result: 2,
+                mem_free: 0,
+                mem_total: 0,
             }));
         }
         let r = run(recs);

@@ -444,6 +444,8 @@ fn unknown_and_failed_frees_and_failed_allocations_are_counted() {
         pool: 0,
         stack: 0,
         result: 2,
+        mem_free: 0,
+        mem_total: 0,
     });
     let trace = write_trace(
         &dir,

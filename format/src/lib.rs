@@ -23,7 +23,8 @@
 //! Payloads (all varints unless noted):
 //!  1 Alloc:       dt, tid, api, kind, device(zz), address, size, stream, pool, stack
 //!  2 Free:        dt, tid, api, address, stream, stack, result, flags, kind, size
-//!  3 AllocFailed: dt, tid, api, kind, device(zz), size, stream, pool, stack, result
+//!  3 AllocFailed: dt, tid, api, kind, device(zz), size, stream, pool, stack, result,
+//!                 mem_free, mem_total
 //!  4 Stack:       id, n, frame0, then n-1 zigzag deltas from the previous frame
 //!  5 Module:      time, bias, start, end, path_len, path bytes, build_id_len, build_id bytes
 //!  6 Stats:       time, events, queue_waits, dropped

@@ -137,6 +137,11 @@ pub struct AllocFailed {
     pub stack: u64,
     /// The API's error code (2 = out of memory for CUDA and HIP).
     pub result: u32,
+    /// The device's free and total memory, read on the failing thread right after the
+    /// failure (`cudaMemGetInfo`/`cuMemGetInfo_v2`/`hipMemGetInfo`); `mem_total == 0`
+    /// when it could not be read (and in traces older than these fields).
+    pub mem_free: u64,
+    pub mem_total: u64,
 }
 
 /// A loaded object (executable or shared library) of the profiled process, so that

@@ -98,6 +98,8 @@ impl BlockEncoder {
         put_u64(s, a.pool);
         put_u64(s, a.stack);
         put_u64(s, a.result.into());
+        put_u64(s, a.mem_free);
+        put_u64(s, a.mem_total);
         self.commit(kind::ALLOC_FAILED);
     }
 

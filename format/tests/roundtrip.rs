@@ -153,6 +153,8 @@ fn every_kind() -> Vec<Record> {
             pool: 10,
             stack: 3,
             result: 2,
+            mem_free: 0,
+            mem_total: 0,
         }),
         Record::Alloc(Alloc {
             device: i32::MAX,
@@ -522,6 +524,8 @@ fn trailing_payload_bytes_are_ignored() {
             pool: 0,
             stack: 0,
             result: 2,
+            mem_free: 0,
+            mem_total: 0,
         }),
         Record::Stack {
             id: 1,

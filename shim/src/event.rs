@@ -1,4 +1,4 @@
-//! The event a hooked call hands to the writer thread: fixed size (72 bytes), no
+//! The event a hooked call hands to the writer thread: fixed size (80 bytes), no
 //! pointers, its stack already interned to an id (see `intern.rs`).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,19 +21,23 @@ pub struct Event {
     pub tid: u32,
     pub result: u32,
     pub time_ns: u64,
+    /// For `AllocFailed`: the device's free bytes at the failure (0 if unknown).
     pub address: u64,
     pub size: u64,
     pub stream: u64,
     pub pool: u64,
     /// Interned stack id; 0 = no stack.
     pub stack: u64,
+    /// Kind-specific: for `AllocFailed`, the device's total bytes (0 if unknown); for a
+    /// range free, the range's bytes are in `size`.
+    pub aux: u64,
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn an_event_is_72_bytes() {
-        // Six u64 fields plus 17 bytes of small ones, padded: keep it that small.
-        assert_eq!(std::mem::size_of::<super::Event>(), 72);
+    fn an_event_is_80_bytes() {
+        // Seven u64 fields plus 17 bytes of small ones, padded: keep it that small.
+        assert_eq!(std::mem::size_of::<super::Event>(), 80);
     }
 }

@@ -189,6 +189,9 @@ impl WriterCore {
                 pool: ev.pool,
                 stack,
                 result: ev.result,
+                // A failure has no address: that field carries the device's free bytes.
+                mem_free: ev.address,
+                mem_total: ev.aux,
             }),
         };
         self.pending.push(p);
@@ -514,6 +517,7 @@ pub fn writer_benchmark(n: usize, path: &str) -> std::io::Result<(f64, u64)> {
             stream: 0,
             pool: 0,
             stack: ids[site],
+            aux: 0,
         };
         core.accept(&ev);
         if core.pending.len() >= 4096 {

@@ -140,6 +140,8 @@ pub fn decode(k: u8, payload: &[u8], last_time: &mut u64) -> Res<Record> {
                 pool: f.u64("pool")?,
                 stack: f.u64("stack")?,
                 result: f.uint("result")?,
+                mem_free: if f.at_end() { 0 } else { f.u64("mem_free")? },
+                mem_total: if f.at_end() { 0 } else { f.u64("mem_total")? },
             })
         }
         kind::STACK => {

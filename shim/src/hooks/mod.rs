@@ -263,6 +263,7 @@ pub struct Rec {
     pub pool: u64,
     pub result: u32,
     pub flags: u8,
+    pub aux: u64,
 }
 
 impl Rec {
@@ -279,6 +280,7 @@ impl Rec {
             pool: 0,
             result: 0,
             flags: 0,
+            aux: 0,
         }
     }
 }
@@ -313,6 +315,7 @@ pub fn record(r: Rec) {
         stream: r.stream,
         pool: r.pool,
         stack,
+        aux: r.aux,
     });
 }
 
