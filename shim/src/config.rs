@@ -35,6 +35,8 @@ pub struct Config {
     pub flush_ms: u64,
     pub queue_capacity: usize,
     pub quiet: bool,
+    /// NVML sampling interval in ms; 0 = off.
+    pub nvml_ms: u64,
 }
 
 impl Default for Config {
@@ -47,6 +49,7 @@ impl Default for Config {
             flush_ms: 100,
             queue_capacity: 16384,
             quiet: false,
+            nvml_ms: 500,
         }
     }
 }
@@ -84,6 +87,11 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_QUEUE_CAPACITY",
         default: "16384",
         doc: "Events the in-memory queue holds (64 to 1048576; each slot is 80 bytes, allocated once). A full queue makes the allocating thread wait; waits are counted in the trace.",
+    },
+    Var {
+        name: "GPUMEMPROF_NVML_MS",
+        default: "500",
+        doc: "Interval, in milliseconds (0 = off, else 10 to 60000), at which the writer thread asks NVML (`libnvidia-ml.so.1`, loaded only if present) how much device memory this process uses; reports set it against what the hooks saw (the CUDA context, library workspaces). Without NVML nothing is recorded and nothing is printed.",
     },
     Var {
         name: "GPUMEMPROF_QUIET",
@@ -178,6 +186,13 @@ impl Config {
                 c.queue_capacity = n as usize;
             }
         }
+        if let Some(v) = get("GPUMEMPROF_NVML_MS") {
+            if v.trim() == "0" {
+                c.nvml_ms = 0;
+            } else if let Some(n) = ranged("GPUMEMPROF_NVML_MS", &v, 10, 60_000, &mut w) {
+                c.nvml_ms = n;
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_QUIET") {
             match flag(&v) {
                 Some(b) => c.quiet = b,
@@ -195,6 +210,7 @@ impl Config {
             "stack_depth": self.stack_depth,
             "flush_ms": self.flush_ms,
             "queue_capacity": self.queue_capacity,
+            "nvml_ms": self.nvml_ms,
         })
     }
 }
@@ -230,6 +246,7 @@ mod tests {
         assert_eq!(c.stack_depth, 64);
         assert_eq!(c.flush_ms, 100);
         assert_eq!(c.queue_capacity, 16384);
+        assert_eq!(c.nvml_ms, 500);
         assert!(!c.quiet && !c.disabled);
     }
 
@@ -243,7 +260,9 @@ mod tests {
             ("GPUMEMPROF_QUEUE_CAPACITY", "64"),
             ("GPUMEMPROF_QUIET", "1"),
             ("GPUMEMPROF_DISABLE", "true"),
+            ("GPUMEMPROF_NVML_MS", "0"),
         ]);
+        assert_eq!(c.nvml_ms, 0);
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(c.output, "/tmp/x.%p");
         assert_eq!(c.stacks, StackMode::Off);
@@ -260,8 +279,10 @@ mod tests {
             ("GPUMEMPROF_STACK_DEPTH", "129"),
             ("GPUMEMPROF_FLUSH_MS", "0"),
             ("GPUMEMPROF_QUEUE_CAPACITY", "lots"),
+            ("GPUMEMPROF_NVML_MS", "5"),
         ]);
-        assert_eq!(w.len(), 4, "{w:?}");
+        assert_eq!(w.len(), 5, "{w:?}");
+        assert_eq!(c.nvml_ms, 500);
         assert_eq!(c.stacks, StackMode::Full);
         assert_eq!(c.stack_depth, 64);
         assert_eq!(c.flush_ms, 100);

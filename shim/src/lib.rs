@@ -10,6 +10,7 @@
 //!   hot path;
 //! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
 //! - `modules`: the module map written into the trace for later symbolization;
+//! - `nvml`: device memory per process from NVML, sampled by the writer thread;
 //! - `output`, `config`: the trace file and its header, and the environment;
 //! - `lifecycle`: lazy init, the exit flush, fork.
 //!
@@ -25,6 +26,7 @@ pub mod hooks;
 mod intern;
 mod lifecycle;
 pub mod modules;
+mod nvml;
 pub mod output;
 mod pipeline;
 mod stack;

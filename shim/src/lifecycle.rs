@@ -132,8 +132,15 @@ fn start() -> Option<&'static Pipeline> {
     if let Some((lo, hi)) = crate::modules::range_of(&modules, stack::shim_anchor()) {
         stack::set_shim_range(lo, hi);
     }
-    let p =
-        PIPELINE.get_or_init(|| Pipeline::new(core, cfg.queue_capacity, cfg.flush_ms, start_ns));
+    let p = PIPELINE.get_or_init(|| {
+        Pipeline::new(
+            core,
+            cfg.queue_capacity,
+            cfg.flush_ms,
+            cfg.nvml_ms,
+            start_ns,
+        )
+    });
     let spawned = std::thread::Builder::new()
         .name("gpumemprof-writer".into())
         .spawn(move || {
@@ -194,6 +201,9 @@ extern "C" fn at_fork_child() {
 }
 
 extern "C" fn constructor() {
+    // Find the real dlsym/dlvsym now, while nothing else runs: the overrides then
+    // never take their slow path.
+    let _ = std::panic::catch_unwind(crate::hooks::dlsym::prime);
     // SAFETY: registering plain extern "C" functions without captured state.
     unsafe {
         libc::atexit(at_exit);

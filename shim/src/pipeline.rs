@@ -31,7 +31,7 @@ use crate::lifecycle;
 use crate::modules;
 use crossbeam_queue::ArrayQueue;
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
+    Alloc, AllocFailed, Free, MemKind, Module, Sample, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
 };
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
@@ -66,6 +66,8 @@ pub struct Pipeline {
     flush_done: AtomicU64,
     flush_ns: u64,
     start_ns: u64,
+    /// NVML sampling interval (0 = off).
+    nvml_ns: u64,
 }
 
 /// Events as they wait in the reorder buffer: already interned, without frames.
@@ -74,6 +76,7 @@ enum Pending {
     Alloc(Alloc),
     Free(Free),
     Failed(AllocFailed),
+    Sample(Sample),
 }
 
 impl Pending {
@@ -82,6 +85,7 @@ impl Pending {
             Pending::Alloc(a) => a.time_ns,
             Pending::Free(f) => f.time_ns,
             Pending::Failed(f) => f.time_ns,
+            Pending::Sample(s) => s.time_ns,
         }
     }
 }
@@ -218,6 +222,7 @@ impl WriterCore {
                 Pending::Alloc(a) => enc.alloc(&a),
                 Pending::Free(f) => enc.free(&f),
                 Pending::Failed(f) => enc.alloc_failed(&f),
+                Pending::Sample(s) => enc.sample(&s),
             }
             self.events += 1;
             if self.out.encoder().len() >= BLOCK_FLUSH_BYTES {
@@ -280,7 +285,13 @@ impl WriterCore {
 }
 
 impl Pipeline {
-    pub fn new(core: WriterCore, capacity: usize, flush_ms: u64, start_ns: u64) -> Pipeline {
+    pub fn new(
+        core: WriterCore,
+        capacity: usize,
+        flush_ms: u64,
+        nvml_ms: u64,
+        start_ns: u64,
+    ) -> Pipeline {
         Pipeline {
             queue: ArrayQueue::new(capacity),
             core: Mutex::new(core),
@@ -294,6 +305,7 @@ impl Pipeline {
             flush_done: AtomicU64::new(0),
             flush_ns: flush_ms * 1_000_000,
             start_ns,
+            nvml_ns: nvml_ms * 1_000_000,
         }
     }
 
@@ -370,10 +382,27 @@ impl Pipeline {
     /// The writer thread's body.
     pub fn run_writer(&self) {
         crate::guard::mark_internal_thread();
+        // NVML is asked from here only (never CUDA); loading it may take a while, so
+        // it happens on the first round, not before the writer starts.
+        let mut nvml = if self.nvml_ns > 0 {
+            crate::nvml::Nvml::open()
+        } else {
+            None
+        };
+        let mut next_sample = 0u64;
+        let mut samples = Vec::new();
         loop {
             let shutting = self.shutdown_requested.load(Ordering::Acquire);
+            if let Some(n) = nvml.as_mut() {
+                let now = clock::now_ns();
+                if now >= next_sample {
+                    n.sample(now.saturating_sub(self.start_ns), &mut samples);
+                    next_sample = now + self.nvml_ns;
+                }
+            }
             let popped = {
                 let mut core = self.core.lock();
+                core.pending.extend(samples.drain(..).map(Pending::Sample));
                 let mut n = 0;
                 while let Some(e) = self.queue.pop() {
                     core.accept(&e);
@@ -415,11 +444,15 @@ impl Pipeline {
             self.writer_sleeping.store(true, Ordering::Release);
             if !self.shutdown_requested.load(Ordering::Acquire) {
                 let has_pending = !self.core.lock().pending.is_empty();
-                let nap = if has_pending {
+                let mut nap = if has_pending {
                     Duration::from_nanos(REORDER_WINDOW_NS)
                 } else {
                     Duration::from_nanos(self.flush_ns.min(100_000_000))
                 };
+                if nvml.is_some() {
+                    let until = next_sample.saturating_sub(clock::now_ns());
+                    nap = nap.min(Duration::from_nanos(until.max(1_000_000)));
+                }
                 std::thread::park_timeout(nap);
             }
             self.writer_sleeping.store(false, Ordering::Release);

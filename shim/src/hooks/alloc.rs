@@ -1,5 +1,7 @@
-//! CUDA runtime (`libcudart`) hooks: what each allocation function's arguments mean
-//! and what gets recorded. The exports themselves are generated in `hooks/mod.rs`.
+//! The malloc/free-shaped hooks shared by the CUDA runtime, the driver and HIP: what
+//! each function's arguments mean and what gets recorded. The wrappers themselves are
+//! generated in `hooks/mod.rs`; `cuMemAlloc_v2(CUdeviceptr*, size_t)` and
+//! `cudaMalloc(void**, size_t)` have one ABI and share one handler.
 //!
 //! Rules shared by all: the real function runs first with the caller's exact
 //! arguments; out-parameters are only read after success; a successful call that
@@ -13,15 +15,12 @@
 //! non-NULL.
 #![allow(clippy::missing_safety_doc)]
 
-use super::{hooked, hooked_free, record, Api, RealFn, Rec};
+use super::device;
+use super::{hooked, hooked_free, record, Api, Rec};
 use crate::event::EventKind;
 use gpumemprof_format::{MemKind, FREE_STREAM_ORDERED};
 use std::ffi::c_void;
 use std::os::raw::{c_int, c_uint};
-
-/// Returned when libcudart cannot be found: `cudaErrorInsufficientDriver`, what the
-/// runtime itself answers when it cannot reach a driver.
-pub const CUDART_MISSING: c_int = 35;
 
 /// Memory kinds as const generic arguments of the shared handlers.
 pub const DEVICE: u8 = 0;
@@ -47,54 +46,6 @@ pub struct CudaExtent {
 
 type Stream = *mut c_void;
 
-/// The calling thread's current device (cudaGetDevice is a thread-local read in the
-/// runtime; it runs inside the guard, so it is never recorded).
-fn current_device() -> i32 {
-    static GET_DEVICE: RealFn = RealFn::new(c"cudaGetDevice");
-    let Some(f) = GET_DEVICE.get() else { return -1 };
-    // SAFETY: cudaGetDevice(int*) -> cudaError_t.
-    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
-    let mut d: c_int = -1;
-    // SAFETY: valid out-pointer.
-    if unsafe { f(&mut d) } == 0 {
-        d
-    } else {
-        -1
-    }
-}
-
-/// The device an allocation lives on, asked of the runtime by pointer. Used where the
-/// current device need not be the memory's (a pool belongs to its own device); falls
-/// back to the current device if the runtime cannot say.
-fn device_of(ptr: u64) -> i32 {
-    #[repr(C)]
-    struct PointerAttributes {
-        ty: c_int,
-        device: c_int,
-        device_pointer: *mut c_void,
-        host_pointer: *mut c_void,
-    }
-    static GET_ATTRS: RealFn = RealFn::new(c"cudaPointerGetAttributes");
-    let Some(f) = GET_ATTRS.get() else {
-        return current_device();
-    };
-    // SAFETY: cudaPointerGetAttributes(cudaPointerAttributes*, const void*) -> cudaError_t.
-    let f: unsafe extern "C" fn(*mut PointerAttributes, *const c_void) -> c_int =
-        unsafe { std::mem::transmute(f) };
-    let mut a = PointerAttributes {
-        ty: 0,
-        device: -1,
-        device_pointer: std::ptr::null_mut(),
-        host_pointer: std::ptr::null_mut(),
-    };
-    // SAFETY: valid out-pointer; the pointer is only looked up, never dereferenced.
-    if unsafe { f(&mut a, ptr as *const c_void) } == 0 && a.device >= 0 {
-        a.device
-    } else {
-        current_device()
-    }
-}
-
 /// Reads an out-pointer the real function filled (NULL-safe).
 unsafe fn out_ptr(p: *mut *mut c_void) -> u64 {
     if p.is_null() {
@@ -105,15 +56,15 @@ unsafe fn out_ptr(p: *mut *mut c_void) -> u64 {
 }
 
 /// Where an allocation landed: address (0 on failure), bytes, stream and pool handles.
-struct Placed {
-    addr: u64,
-    size: u64,
-    stream: u64,
-    pool: u64,
+pub(super) struct Placed {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: u64,
 }
 
 impl Placed {
-    fn plain(addr: u64, size: u64) -> Placed {
+    pub fn plain(addr: u64, size: u64) -> Placed {
         Placed {
             addr,
             size,
@@ -123,7 +74,7 @@ impl Placed {
     }
 }
 
-fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
+pub(super) fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
     let Placed {
         addr,
         size,
@@ -137,10 +88,11 @@ fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
         }
         let mut r = Rec::new(EventKind::Alloc, api, t);
         r.mem = mem;
+        let family = api.family();
         r.device = if pool == 0 {
-            current_device()
+            device::current(family)
         } else {
-            device_of(addr)
+            device::of_pointer(family, addr)
         };
         r.address = addr;
         r.size = size;
@@ -148,18 +100,52 @@ fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
         r.pool = pool;
         record(r);
     } else {
-        let mut r = Rec::new(EventKind::AllocFailed, api, t);
-        r.mem = mem;
-        r.device = current_device();
-        r.size = size;
-        r.stream = stream;
-        r.pool = pool;
-        r.result = rc as u32;
-        record(r);
+        on_failure(
+            api,
+            mem,
+            rc,
+            t,
+            size,
+            stream,
+            pool,
+            device::current(api.family()),
+        );
     }
 }
 
-fn on_free(api: Api, rc: c_int, t0: u64, addr: u64, stream: Stream, flags: u8) {
+/// Records a failed allocation; for out of memory (2 in CUDA and HIP) with the
+/// device's free and total memory read now, on the failing thread.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn on_failure(
+    api: Api,
+    mem: MemKind,
+    rc: c_int,
+    t: u64,
+    size: u64,
+    stream: u64,
+    pool: u64,
+    dev: i32,
+) {
+    let mut r = Rec::new(EventKind::AllocFailed, api, t);
+    r.mem = mem;
+    r.device = dev;
+    r.size = size;
+    r.stream = stream;
+    r.pool = pool;
+    r.result = rc as u32;
+    if rc == OUT_OF_MEMORY && mem == MemKind::Device {
+        if let Some((free, total)) = device::mem_info(api.family()) {
+            r.address = free;
+            r.aux = total;
+        }
+    }
+    record(r);
+}
+
+/// `cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`.
+pub const OUT_OF_MEMORY: c_int = 2;
+
+pub(super) fn on_free(api: Api, rc: c_int, t0: u64, addr: u64, stream: Stream, flags: u8) {
     if addr == 0 {
         return;
     }
