@@ -1,13 +1,26 @@
-//! Build script of gpumemprof-tests: compiles the simulated CUDA runtime and the C programs the
+//! Build script of gpumemprof-tests: compiles the simulated GPU libraries and the C programs the
 //! end-to-end tests run.
 //!
-//! * `sim/*.c` -> `$OUT_DIR/sim/libcudart.so.12` (soname `libcudart.so.12`, every `cuda*` export
-//!   versioned by `sim/libcudart.map`), plus `$OUT_DIR/sim/libcudart.so` pointing at it so
-//!   programs link with a plain `-lcudart`.
-//! * every `tests/programs/*.c` and `examples/*.c` -> `$OUT_DIR/bin/<file stem>`, built the way a
-//!   real application is (debug info, frame pointers, `-lcudart`, an rpath to the simulator);
-//!   a source containing `gpumemprof-build: no-cudart` is linked without the runtime.
+//! * `sim/` -> four libraries in `$OUT_DIR/sim/`, each with its development link name beside it
+//!   (`libcuda.so -> libcuda.so.1`) so programs link with a plain `-lcuda`:
+//!   - `libcuda.so.1`, the driver (`cuda_sim.c`, `cuda_vmm.c`, `cuda_proc.c` and the memory
+//!     model `sim_memory.c`, `sim_vmm.c`, `sim_tables.c`);
+//!   - `libcudart.so.12`, the runtime (`cudart_sim.c`), every `cuda*` export versioned by
+//!     `sim/libcudart.map`; it reaches the driver only by `dlopen`, found through its
+//!     `$ORIGIN` run path;
+//!   - `libamdhip64.so.6`, HIP (`hip_sim.c` and the same memory model, its own state);
+//!   - `libnvidia-ml.so.1`, NVML (`nvml_sim.c`), reading the driver loaded in the same process.
 //!
+//!   The driver, HIP and NVML are built with hidden visibility and `-Bsymbolic`: only their API
+//!   is exported, and nothing inside them binds to their own exports through the PLT.
+//! * every `tests/programs/*.c` and `examples/*.c` -> `$OUT_DIR/bin/<file stem>`, built the way a
+//!   real application is (debug info, frame pointers, an rpath to the simulators). A source
+//!   chooses its libraries with a marker `gpumemprof-build: link=<list>`, a comma list of
+//!   `cudart`, `cuda`, `amdhip64`, `nvidia-ml`, `dl` or `none` (default `cudart`;
+//!   `gpumemprof-build: no-cudart` means `link=dl`). A source whose marker also says
+//!   `shared-library` is built with `-shared -fPIC` as `$OUT_DIR/bin/lib<stem>.so`.
+//!
+//! Libraries compile side by side, then programs side by side.
 //! `GPUMEMPROF_TEST_OUT=$OUT_DIR` is passed to the crate so `support.rs` can find them.
 
 use std::ffi::OsString;
@@ -15,18 +28,75 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Sources of the simulated runtime, relative to this crate.
-const SIM_SOURCES: &[&str] = &["sim/cudart_sim.c", "sim/sim_tables.c"];
-const SIM_HEADERS: &[&str] = &["sim/include/cuda_runtime_api.h", "sim/sim_tables.h"];
-const SIM_MAP: &str = "sim/libcudart.map";
-/// Folders (relative to the repository root) whose every `.c` file is one program.
-/// A program whose source contains this is linked without the simulated runtime.
-const NO_CUDART_MARKER: &str = "gpumemprof-build: no-cudart";
+/// One simulated library: sources relative to this crate, extra compiler/linker flags.
+struct SimLibrary {
+    /// The file name, which is also its soname.
+    soname: &'static str,
+    /// The development link name (`libcuda.so`).
+    link_name: &'static str,
+    sources: &'static [&'static str],
+    flags: &'static [&'static str],
+    /// A version script (relative to this crate), if its exports carry versions.
+    version_script: Option<&'static str>,
+    /// Libraries, after the sources.
+    libs: &'static [&'static str],
+}
 
+/// Hidden by default, exports marked in the source; internal references bind locally.
+const HIDDEN: &[&str] = &["-fvisibility=hidden", "-Wl,-Bsymbolic"];
+
+const MODEL: [&str; 3] = ["sim/sim_memory.c", "sim/sim_vmm.c", "sim/sim_tables.c"];
+
+const SIM_LIBRARIES: &[SimLibrary] = &[
+    SimLibrary {
+        soname: "libcuda.so.1",
+        link_name: "libcuda.so",
+        sources: &[
+            "sim/cuda_sim.c",
+            "sim/cuda_vmm.c",
+            "sim/cuda_proc.c",
+            MODEL[0],
+            MODEL[1],
+            MODEL[2],
+        ],
+        flags: HIDDEN,
+        version_script: None,
+        libs: &[],
+    },
+    SimLibrary {
+        soname: "libcudart.so.12",
+        link_name: "libcudart.so",
+        sources: &["sim/cudart_sim.c"],
+        // dlopen("libcuda.so.1") searches the caller's run path: the driver beside it.
+        flags: &["-Wl,-rpath,$ORIGIN"],
+        version_script: Some("sim/libcudart.map"),
+        libs: &["-ldl"],
+    },
+    SimLibrary {
+        soname: "libamdhip64.so.6",
+        link_name: "libamdhip64.so",
+        sources: &["sim/hip_sim.c", MODEL[0], MODEL[1], MODEL[2]],
+        flags: HIDDEN,
+        version_script: None,
+        libs: &[],
+    },
+    SimLibrary {
+        soname: "libnvidia-ml.so.1",
+        link_name: "libnvidia-ml.so",
+        sources: &["sim/nvml_sim.c"],
+        flags: HIDDEN,
+        version_script: None,
+        libs: &["-ldl"],
+    },
+];
+
+/// Folders (relative to the repository root) whose every `.c` file is one program.
 const PROGRAM_DIRS: &[&str] = &["tests/programs", "examples"];
+/// The marker a program's source uses to choose how it is built.
+const BUILD_MARKER: &str = "gpumemprof-build:";
 
 const WARNINGS: &[&str] = &["-Wall", "-Wextra"];
-/// The simulator is optimised: it sits under every benchmark of the profiler.
+/// The simulators are optimised: they sit under every benchmark of the profiler.
 const SIM_FLAGS: &[&str] = &["-shared", "-fPIC", "-O2", "-g", "-pthread"];
 /// Programs look like a debug build of a real application, so stacks and lines resolve.
 const PROGRAM_FLAGS: &[&str] = &["-g", "-O0", "-fno-omit-frame-pointer", "-pthread"];
@@ -42,8 +112,9 @@ fn main() {
     }
 
     println!("cargo:rerun-if-changed=build.rs");
-    for file in SIM_SOURCES.iter().chain(SIM_HEADERS).chain([&SIM_MAP]) {
-        println!("cargo:rerun-if-changed={file}");
+    // Every file of sim/ (sources, headers, the version script) and the folders themselves.
+    for path in files_under(&crate_dir.join("sim")) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     // The repository root, without `..`, so debug info names examples/train_leak.c plainly.
     let repo_root = crate_dir
@@ -56,25 +127,19 @@ fn main() {
     }
 
     let compiler = cc::Build::new().get_compiler();
-    build_sim(&compiler, &crate_dir, &sim_dir);
+    let failures = in_parallel(SIM_LIBRARIES, |library| {
+        build_sim(&compiler, &crate_dir, &sim_dir, library)
+    });
+    if !failures.is_empty() {
+        panic!("\n{}", failures.join("\n\n"));
+    }
 
     let programs = list_programs(&repo_root);
     for source in &programs {
         println!("cargo:rerun-if-changed={}", source.display());
     }
-    // Each program is one compiler run; run them side by side.
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let jobs: Vec<_> = programs
-            .iter()
-            .map(|source| {
-                let (compiler, crate_dir, sim_dir, bin_dir) =
-                    (&compiler, &crate_dir, &sim_dir, &bin_dir);
-                scope.spawn(move || build_program(compiler, crate_dir, sim_dir, bin_dir, source))
-            })
-            .collect();
-        jobs.into_iter()
-            .filter_map(|job| job.join().expect("compile thread panicked").err())
-            .collect()
+    let failures = in_parallel(&programs, |source| {
+        build_program(&compiler, &crate_dir, &sim_dir, &bin_dir, source)
     });
     if !failures.is_empty() {
         panic!("\n{}", failures.join("\n\n"));
@@ -83,33 +148,119 @@ fn main() {
     println!("cargo:rustc-env=GPUMEMPROF_TEST_OUT={}", out_dir.display());
 }
 
-fn build_sim(compiler: &cc::Tool, crate_dir: &Path, sim_dir: &Path) {
-    let library = sim_dir.join("libcudart.so.12");
+/// Runs `job` on every item on its own thread (each is one compiler run); the failures.
+fn in_parallel<T: Sync>(items: &[T], job: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
+    std::thread::scope(|scope| {
+        let job = &job;
+        let jobs: Vec<_> = items
+            .iter()
+            .map(|item| scope.spawn(move || job(item)))
+            .collect();
+        jobs.into_iter()
+            .filter_map(|j| j.join().expect("compile thread panicked").err())
+            .collect()
+    })
+}
+
+fn build_sim(
+    compiler: &cc::Tool,
+    crate_dir: &Path,
+    sim_dir: &Path,
+    library: &SimLibrary,
+) -> Result<(), String> {
+    let file = sim_dir.join(library.soname);
     let mut args: Vec<OsString> = Vec::new();
     args.extend(SIM_FLAGS.iter().chain(WARNINGS).map(OsString::from));
+    args.extend(library.flags.iter().map(OsString::from));
     args.push(include_flag(crate_dir));
-    args.push("-Wl,-soname,libcudart.so.12".into());
-    let mut map = OsString::from("-Wl,--version-script=");
-    map.push(crate_dir.join(SIM_MAP));
-    args.push(map);
+    let mut sim_include = OsString::from("-I");
+    sim_include.push(crate_dir.join("sim"));
+    args.push(sim_include);
+    args.push(format!("-Wl,-soname,{}", library.soname).into());
+    if let Some(script) = library.version_script {
+        let mut flag = OsString::from("-Wl,--version-script=");
+        flag.push(crate_dir.join(script));
+        args.push(flag);
+    }
     args.push("-o".into());
-    args.push(library.clone().into());
+    args.push(file.clone().into());
     args.extend(
-        SIM_SOURCES
+        library
+            .sources
             .iter()
             .map(|s| crate_dir.join(s).into_os_string()),
     );
-    if let Err(message) = compile(compiler, &args, "the simulated CUDA runtime (tests/sim)") {
-        panic!("\n{message}");
-    }
+    args.extend(library.libs.iter().map(OsString::from));
+    compile(
+        compiler,
+        &args,
+        &format!("the simulated {} (tests/sim)", library.soname),
+    )?;
 
-    // The development link name, as a toolkit installs it: libcudart.so -> libcudart.so.12.
-    let link = sim_dir.join("libcudart.so");
+    // The development link name, as a toolkit installs it: libcuda.so -> libcuda.so.1.
+    let link = sim_dir.join(library.link_name);
     let _ = fs::remove_file(&link);
-    if std::os::unix::fs::symlink("libcudart.so.12", &link).is_err() {
-        fs::copy(&library, &link)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", link.display()));
+    if std::os::unix::fs::symlink(library.soname, &link).is_err() {
+        fs::copy(&file, &link).map_err(|e| format!("cannot create {}: {e}", link.display()))?;
     }
+    Ok(())
+}
+
+/// How a program's source asks to be built.
+#[derive(Debug, PartialEq)]
+struct BuildSpec {
+    shared_library: bool,
+    /// Linker flags of the chosen libraries (`-lcudart`); empty for `none`.
+    libs: Vec<&'static str>,
+    /// Whether it needs `-L`/rpath to the simulators (everything but `none`).
+    sim_path: bool,
+}
+
+/// Reads every `gpumemprof-build:` marker of a source: its words up to the first that is not a
+/// directive (the rest of the line is prose).
+fn build_spec(text: &str) -> Result<BuildSpec, String> {
+    let mut spec = BuildSpec {
+        shared_library: false,
+        libs: vec!["-lcudart"],
+        sim_path: true,
+    };
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once(BUILD_MARKER) else {
+            continue;
+        };
+        for word in rest.split_whitespace() {
+            if word == "shared-library" {
+                spec.shared_library = true;
+            } else if word == "no-cudart" {
+                spec.libs = vec!["-ldl"];
+            } else if let Some(list) = word.strip_prefix("link=") {
+                spec.libs.clear();
+                spec.sim_path = true;
+                for name in list.split(',') {
+                    match name {
+                        "cudart" => spec.libs.push("-lcudart"),
+                        "cuda" => spec.libs.push("-lcuda"),
+                        "amdhip64" => spec.libs.push("-lamdhip64"),
+                        "nvidia-ml" => spec.libs.push("-lnvidia-ml"),
+                        "dl" => spec.libs.push("-ldl"),
+                        "none" => spec.sim_path = false,
+                        other => {
+                            return Err(format!(
+                                "unknown library {other:?} in {BUILD_MARKER} link={list} \
+                                 (known: cudart, cuda, amdhip64, nvidia-ml, dl, none)"
+                            ))
+                        }
+                    }
+                }
+                if !spec.sim_path && !spec.libs.is_empty() {
+                    return Err(format!("link=none cannot be combined: link={list}"));
+                }
+            } else {
+                break;
+            }
+        }
+    }
+    Ok(spec)
 }
 
 fn build_program(
@@ -119,33 +270,63 @@ fn build_program(
     bin_dir: &Path,
     source: &Path,
 ) -> Result<(), String> {
-    let stem = source.file_stem().expect("a .c file has a stem");
+    let what = source.display().to_string();
+    let stem = source
+        .file_stem()
+        .expect("a .c file has a stem")
+        .to_string_lossy();
+    let text = fs::read_to_string(source).map_err(|e| format!("{what}: {e}"))?;
+    let spec = build_spec(&text).map_err(|e| format!("{what}: {e}"))?;
+
     let mut args: Vec<OsString> = Vec::new();
     args.extend(PROGRAM_FLAGS.iter().chain(WARNINGS).map(OsString::from));
+    let output = if spec.shared_library {
+        args.push("-shared".into());
+        args.push("-fPIC".into());
+        bin_dir.join(format!("lib{stem}.so"))
+    } else {
+        bin_dir.join(&*stem)
+    };
     args.push(include_flag(crate_dir));
     args.push("-o".into());
-    args.push(bin_dir.join(stem).into());
+    args.push(output.into());
     args.push(source.into());
-    // A program that stands for a process without the CUDA runtime says so in its source.
-    let text = fs::read_to_string(source).map_err(|e| format!("{}: {e}", source.display()))?;
-    if text.contains(NO_CUDART_MARKER) {
-        return compile(compiler, &args, &source.display().to_string());
-    }
     // Libraries after the source, or a linker using --as-needed drops them.
-    let mut lib_dir = OsString::from("-L");
-    lib_dir.push(sim_dir);
-    args.push(lib_dir);
-    let mut rpath = OsString::from("-Wl,-rpath,");
-    rpath.push(sim_dir);
-    args.push(rpath);
-    args.push("-lcudart".into());
-    compile(compiler, &args, &source.display().to_string())
+    if spec.sim_path {
+        let mut lib_dir = OsString::from("-L");
+        lib_dir.push(sim_dir);
+        args.push(lib_dir);
+        let mut rpath = OsString::from("-Wl,-rpath,");
+        rpath.push(sim_dir);
+        args.push(rpath);
+    }
+    args.extend(spec.libs.iter().map(OsString::from));
+    compile(compiler, &args, &what)
 }
 
 fn include_flag(crate_dir: &Path) -> OsString {
     let mut flag = OsString::from("-I");
     flag.push(crate_dir.join("sim/include"));
     flag
+}
+
+/// Every file below `dir` (recursively) and `dir`'s folders themselves, sorted.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    let entries =
+        fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+            .path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
 }
 
 /// Every `.c` file of PROGRAM_DIRS, sorted; two programs may not share a file stem.

@@ -1,10 +1,10 @@
 //! gpumemprof-tests support library: where the end-to-end tests find what they run.
 //!
-//! `build.rs` compiles the simulated CUDA runtime (`tests/sim`, a stand-in `libcudart.so.12`)
-//! and every C program of `tests/programs` and `examples` into this crate's `OUT_DIR`; the
-//! helpers here locate those, the workspace's own build outputs (the preload shim and the
-//! analyzer), and the lines of C sources that tests refer to by marker comment rather than by
-//! line number.
+//! `build.rs` compiles the simulated GPU libraries (`tests/sim`: stand-ins for `libcuda.so.1`,
+//! `libcudart.so.12`, `libamdhip64.so.6` and `libnvidia-ml.so.1`) and every C program of
+//! `tests/programs` and `examples` into this crate's `OUT_DIR`; the helpers here locate those,
+//! the workspace's own build outputs (the preload shim and the analyzer), and the lines of
+//! sources that tests refer to by marker comment rather than by line number.
 
 pub mod profiled;
 
@@ -14,15 +14,21 @@ use std::process::Command;
 /// The build script's output folder: `sim/` and `bin/` live under it.
 const TEST_OUT: &str = env!("GPUMEMPROF_TEST_OUT");
 
-/// Environment variables of the simulated runtime, cleared by [`program_command`] so the
+/// Environment variables of the simulated libraries, cleared by [`program_command`] so the
 /// caller's shell cannot change a test's numbers.
 pub const SIM_ENV: &[&str] = &[
     "SIMCUDA_CAPACITY",
     "SIMCUDA_DEVICES",
     "SIMCUDA_HOST_CAPACITY",
+    "SIMCUDA_CONTEXT_BYTES",
+    "SIMCUDA_HIDE",
+    "SIMHIP_CAPACITY",
+    "SIMHIP_DEVICES",
+    "SIMHIP_HOST_CAPACITY",
 ];
 
-/// The folder holding the simulated `libcudart.so.12` (and its `libcudart.so` link name).
+/// The folder holding the simulated libraries (`libcudart.so.12`, `libcuda.so.1`,
+/// `libamdhip64.so.6`, `libnvidia-ml.so.1`) and their development link names.
 pub fn sim_dir() -> PathBuf {
     Path::new(TEST_OUT).join("sim")
 }
@@ -46,6 +52,37 @@ pub fn program_command(name: &str) -> Command {
         cmd.env_remove(var);
     }
     cmd.env_remove("LD_PRELOAD");
+    cmd
+}
+
+/// A shared library built from a program source marked `gpumemprof-build: shared-library`:
+/// `$OUT_DIR/bin/lib<stem>.so` (`"second_preload"` -> `libsecond_preload.so`).
+pub fn shared_library(stem: &str) -> PathBuf {
+    let path = Path::new(TEST_OUT)
+        .join("bin")
+        .join(format!("lib{stem}.so"));
+    assert!(
+        path.is_file(),
+        "no shared library lib{stem}.so at {}: is there a tests/programs/{stem}.c marked \
+         shared-library?",
+        path.display()
+    );
+    path
+}
+
+/// A command running the Python script `tests/programs/<name>` with `python3`, the way
+/// [`program_command`] runs a C program: no simulator variables and no preload inherited, and
+/// the simulators' folder on `LD_LIBRARY_PATH` so `ctypes.CDLL("libcudart.so.12")` finds them.
+pub fn script_command(name: &str) -> Command {
+    let script = repo_root().join("tests/programs").join(name);
+    assert!(script.is_file(), "no script {}", script.display());
+    let mut cmd = Command::new("python3");
+    cmd.arg(script);
+    for var in SIM_ENV {
+        cmd.env_remove(var);
+    }
+    cmd.env_remove("LD_PRELOAD");
+    cmd.env("LD_LIBRARY_PATH", sim_dir());
     cmd
 }
 

@@ -1,141 +1,203 @@
 /*
- * cudart_sim.c: a simulated CUDA runtime, built as libcudart.so.12, that stands in for the GPU in
- * gpumemprof's tests. Programs link it with -lcudart exactly as they would link the real runtime,
- * and every exported cuda* symbol is versioned cudaMalloc@@libcudart.so.12 like the real one
- * (libcudart.map), so a profiler preloaded in front of it meets the same symbols and the same
+ * cudart_sim.c: a simulated CUDA runtime, built as libcudart.so.12, that stands in for the real
+ * one in gpumemprof's tests. Programs link it with -lcudart exactly as they would link the real
+ * runtime, and every exported cuda* symbol is versioned cudaMalloc@@libcudart.so.12 like the real
+ * one (libcudart.map), so a profiler preloaded in front of it meets the same symbols and the same
  * contract: out-parameters, error codes, per-thread last error and current device.
  *
- * Environment, read once on the first call (decimal numbers; empty means unset):
- *   SIMCUDA_CAPACITY       bytes of memory per device   default 17179869184 (16 GiB), at most 1 TiB
- *   SIMCUDA_DEVICES        number of devices            default 1, 1..64
- *   SIMCUDA_HOST_CAPACITY  bytes of pinned host memory  default 68719476736 (64 GiB)
- * A malformed value is reported once on stderr and every call that needs the runtime then fails
- * with cudaErrorInitializationError (3), as a real runtime does when it cannot start.
+ * It reaches the driver the way the real runtime does, so a profiler sees the same layering:
+ * no link-time dependency on libcuda. On first use it does dlopen("libcuda.so.1",
+ * RTLD_NOW | RTLD_LOCAL) (built with an rpath of $ORIGIN, so the simulated driver beside it is
+ * found), dlsym(handle, "cuGetProcAddress_v2") (else "cuGetProcAddress"), asks that resolver for
+ * "cuGetProcAddress" and uses what comes back for every other driver function, with
+ * cudaVersion 12040 and flags 0, except the _ptsz entry points (cudaMallocAsync_ptsz,
+ * cudaFreeAsync_ptsz, cudaMallocFromPoolAsync_ptsz), which ask with
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. Then it calls cuInit(0) once.
  *
- * Memory model:
- *   - Every size is rounded up to 512 bytes; capacity is charged the rounded size.
- *   - Device memory (cudaMalloc, the async/pool variants, cudaMallocPitch, cudaMalloc3D) is fake:
- *     addresses are never dereferenced. Device d hands out addresses from 0x700000000000 +
- *     d * 0x10000000000 upwards (a 1 TiB window each); a freed block goes on a per-size stack and
- *     the next allocation of the same rounded size gets the most recently freed address back.
- *   - Managed memory (charged to the current device) and pinned host memory (charged to
- *     SIMCUDA_HOST_CAPACITY) are real, 4096-aligned host memory, because programs touch it.
- *   - Stream-ordered calls take effect immediately; streams are opaque numbered handles.
+ *   cudaMalloc -> cuMemAlloc_v2          cudaFree -> cuMemFree_v2
+ *   cudaMallocAsync[_ptsz] -> cuMemAllocAsync[_ptsz]   cudaFreeAsync[_ptsz] -> cuMemFreeAsync[_ptsz]
+ *   cudaMallocFromPoolAsync[_ptsz] -> cuMemAllocFromPoolAsync[_ptsz]
+ *   cudaMallocManaged -> cuMemAllocManaged  cudaMallocPitch, cudaMalloc3D -> cuMemAllocPitch_v2
+ *   cudaMallocHost -> cuMemAllocHost_v2  cudaHostAlloc -> cuMemHostAlloc  cudaFreeHost -> cuMemFreeHost
+ *   cudaHostRegister/Unregister -> cuMemHostRegister_v2/cuMemHostUnregister
+ *   cudaMemGetInfo -> cuMemGetInfo_v2    cudaPointerGetAttributes -> cuPointerGetAttribute
+ *   cudaSetDevice -> cuDevicePrimaryCtxRetain + cuCtxSetCurrent
+ *   cudaGetDevice -> cuCtxGetDevice (the driver makes device 0's primary context current for a
+ *     thread that has none, as this runtime would)
+ *   cudaGetDriverEntryPoint[ByVersion] -> the resolver, with 12040 (or the caller's version)
+ *
+ * The memory model, capacity and environment (SIMCUDA_*) are the driver's: see cuda_sim.c.
  *
  * Contract rules kept here (tests/sim_contract.rs checks them):
+ *   libcuda.so.1 cannot be loaded (or has no resolver) -> every call that needs the driver
+ *   returns cudaErrorInsufficientDriver (35); cudaDriverGetVersion then reports 0, as the real
+ *   one. cuInit failing (a malformed SIMCUDA_* variable) -> cudaErrorInitializationError (3).
+ *   A driver function the resolver did not give (SIMCUDA_HIDE) -> cudaErrorCallRequiresNewerDriver
+ *   (36) from the calls that need it.
  *   NULL out-pointer -> cudaErrorInvalidValue. Size 0 from cudaMalloc/Async/FromPool/Pitch/3D/
- *   Host/HostAlloc -> cudaSuccess with a NULL pointer, nothing charged. cudaMallocManaged with
- *   size 0 or flags other than cudaMemAttachGlobal/Host -> cudaErrorInvalidValue. Over capacity ->
- *   cudaErrorMemoryAllocation with *p = NULL. cudaFree(NULL) and cudaFreeHost(NULL) succeed.
- *   Freeing anything that is not the start of a live block of the right family (never allocated,
- *   double free, an interior pointer, pinned memory through cudaFree, device memory through
- *   cudaFreeHost) -> cudaErrorInvalidValue and nothing changes. Every failing call sets the
- *   calling thread's last error.
+ *   Host/HostAlloc -> cudaSuccess with a NULL pointer, nothing charged and no driver call.
+ *   cudaMallocManaged with size 0 or flags other than cudaMemAttachGlobal/Host ->
+ *   cudaErrorInvalidValue. Over capacity -> cudaErrorMemoryAllocation with *p = NULL.
+ *   cudaFree(NULL) and cudaFreeHost(NULL) succeed without a driver call. Freeing anything that is
+ *   not the start of a live block of the right family -> cudaErrorInvalidValue. Driver errors map
+ *   1->1, 2->2, 3->3, 101->101, 201->201, 400->400 (cudaErrorInvalidResourceHandle),
+ *   500->500 (cudaErrorSymbolNotFound), 712->712, 713->713, 801->801, others -> 999. Every
+ *   failing call sets the calling thread's last error.
  *
  * No exported function calls another exported one: such a call goes through the PLT, where a
  * preloaded profiler would see it as a second, nested API call.
  */
-#define _POSIX_C_SOURCE 200809L /* posix_memalign */
-
+#include "cuda.h"
 #include "cuda_runtime_api.h"
-#include "sim_tables.h"
 
-#include <ctype.h>
-#include <errno.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#define SIM_VERSION 12040             /* reported as both runtime and driver: CUDA 12.4 */
-#define ROUNDING 512                  /* allocation granularity, a power of two */
-#define HOST_ALIGN 4096               /* managed/pinned memory is page aligned, as real */
-#define DEVICE_BASE 0x700000000000ULL /* first fake address of device 0 */
-#define DEVICE_WINDOW 0x10000000000ULL /* 1 TiB of fake address space per device */
-#define MAX_DEVICES 64                /* 64 windows end at 0x740000000000, below the libraries */
-#define POOL_BASE 0x1000              /* default pool of device d is (cudaMemPool_t)(0x1000 + d) */
-#define STREAM_BASE 0x5e0000000000ULL /* stream n is STREAM_BASE + n * STREAM_STEP */
-#define STREAM_STEP 0x100
+#define SIM_VERSION 12040 /* the runtime's version; it asks the driver for this ABI */
+#define ROUNDING 512      /* the driver's pitch alignment (cuMemAllocPitch_v2) */
+#define PITCH_ELEMENT 4   /* element size passed to cuMemAllocPitch_v2 */
 
-#define DEFAULT_CAPACITY 17179869184ULL      /* 16 GiB */
-#define DEFAULT_HOST_CAPACITY 68719476736ULL /* 64 GiB */
+/* The driver functions, as the resolver returned them; NULL if it did not have one. */
+static struct {
+    __typeof__(cuGetProcAddress_v2) *get_proc;
+    __typeof__(cuInit) *init;
+    __typeof__(cuDriverGetVersion) *driver_version;
+    __typeof__(cuDeviceGetCount) *device_count;
+    __typeof__(cuDevicePrimaryCtxRetain) *ctx_retain;
+    __typeof__(cuCtxSetCurrent) *ctx_set_current;
+    __typeof__(cuCtxGetDevice) *ctx_get_device;
+    __typeof__(cuCtxSynchronize) *ctx_synchronize;
+    __typeof__(cuMemAlloc_v2) *mem_alloc;
+    __typeof__(cuMemFree_v2) *mem_free;
+    __typeof__(cuMemAllocAsync) *alloc_async, *alloc_async_ptsz;
+    __typeof__(cuMemFreeAsync) *free_async, *free_async_ptsz;
+    __typeof__(cuMemAllocFromPoolAsync) *alloc_pool, *alloc_pool_ptsz;
+    __typeof__(cuDeviceGetDefaultMemPool) *default_pool;
+    __typeof__(cuMemAllocManaged) *alloc_managed;
+    __typeof__(cuMemAllocPitch_v2) *alloc_pitch;
+    __typeof__(cuMemAllocHost_v2) *alloc_host;
+    __typeof__(cuMemHostAlloc) *host_alloc;
+    __typeof__(cuMemFreeHost) *free_host;
+    __typeof__(cuMemHostRegister_v2) *host_register;
+    __typeof__(cuMemHostUnregister) *host_unregister;
+    __typeof__(cuMemGetInfo_v2) *mem_info;
+    __typeof__(cuPointerGetAttribute) *pointer_attribute;
+    __typeof__(cuStreamCreate) *stream_create;
+    __typeof__(cuStreamDestroy) *stream_destroy;
+} drv;
 
-struct device_state {
-    size_t used;                /* rounded bytes of device + managed memory live on it */
-    uintptr_t next;             /* bump pointer: next never-used fake address */
-    struct sim_free_lists free; /* freed fake addresses by rounded size */
+/* What to ask the resolver for: base name, flags, where the answer goes. */
+static const struct {
+    const char *name;
+    cuuint64_t flags;
+    void **slot;
+} wanted[] = {
+#define WANT(name, slot) {name, CU_GET_PROC_ADDRESS_DEFAULT, (void **)&drv.slot}
+#define WANT_PTSZ(name, slot) {name, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, (void **)&drv.slot}
+    WANT("cuInit", init),
+    WANT("cuDriverGetVersion", driver_version),
+    WANT("cuDeviceGetCount", device_count),
+    WANT("cuDevicePrimaryCtxRetain", ctx_retain),
+    WANT("cuCtxSetCurrent", ctx_set_current),
+    WANT("cuCtxGetDevice", ctx_get_device),
+    WANT("cuCtxSynchronize", ctx_synchronize),
+    WANT("cuMemAlloc", mem_alloc),
+    WANT("cuMemFree", mem_free),
+    WANT("cuMemAllocAsync", alloc_async),
+    WANT_PTSZ("cuMemAllocAsync", alloc_async_ptsz),
+    WANT("cuMemFreeAsync", free_async),
+    WANT_PTSZ("cuMemFreeAsync", free_async_ptsz),
+    WANT("cuMemAllocFromPoolAsync", alloc_pool),
+    WANT_PTSZ("cuMemAllocFromPoolAsync", alloc_pool_ptsz),
+    WANT("cuDeviceGetDefaultMemPool", default_pool),
+    WANT("cuMemAllocManaged", alloc_managed),
+    WANT("cuMemAllocPitch", alloc_pitch),
+    WANT("cuMemAllocHost", alloc_host),
+    WANT("cuMemHostAlloc", host_alloc),
+    WANT("cuMemFreeHost", free_host),
+    WANT("cuMemHostRegister", host_register),
+    WANT("cuMemHostUnregister", host_unregister),
+    WANT("cuMemGetInfo", mem_info),
+    WANT("cuPointerGetAttribute", pointer_attribute),
+    WANT("cuStreamCreate", stream_create),
+    WANT("cuStreamDestroy", stream_destroy),
+#undef WANT
+#undef WANT_PTSZ
 };
 
-static struct {
-    pthread_once_t once;
-    int ok; /* configuration was valid */
-    size_t capacity, host_capacity;
-    int devices;
-
-    pthread_mutex_t lock; /* guards everything below */
-    struct device_state dev[MAX_DEVICES];
-    size_t host_used;
-    struct sim_live_table live;
-    uintptr_t *streams; /* live stream handles, unordered */
-    size_t n_streams, streams_cap;
-    uintptr_t streams_made;
-} sim = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static cudaError_t driver_status = cudaErrorInsufficientDriver; /* set once by load_driver */
+static int driver_loaded;                                      /* libcuda and its resolver */
 
 static __thread cudaError_t last_error = cudaSuccess;
-static __thread int current_device = 0;
 
-/* ---- configuration ------------------------------------------------------------------------- */
+/* ---- reaching the driver ------------------------------------------------------------------- */
 
-/* Reads one decimal variable into *out; -1 (after saying why on stderr) if it is malformed. */
-static int env_number(const char *name, unsigned long long def, unsigned long long min,
-                      unsigned long long max, unsigned long long *out)
+static cudaError_t from_driver(CUresult r)
 {
-    const char *s = getenv(name);
-    if (!s || !*s) {
-        *out = def;
-        return 0;
+    switch (r) {
+    case CUDA_SUCCESS:
+        return cudaSuccess;
+    case CUDA_ERROR_INVALID_VALUE:
+        return cudaErrorInvalidValue;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return cudaErrorMemoryAllocation;
+    case CUDA_ERROR_NOT_INITIALIZED:
+        return cudaErrorInitializationError;
+    case CUDA_ERROR_NO_DEVICE:
+        return cudaErrorNoDevice;
+    case CUDA_ERROR_INVALID_DEVICE:
+        return cudaErrorInvalidDevice;
+    case CUDA_ERROR_INVALID_CONTEXT:
+        return cudaErrorDeviceUninitialized;
+    case CUDA_ERROR_INVALID_HANDLE:
+        return cudaErrorInvalidResourceHandle;
+    case CUDA_ERROR_NOT_FOUND:
+        return cudaErrorSymbolNotFound;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+        return cudaErrorHostMemoryAlreadyRegistered;
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+        return cudaErrorHostMemoryNotRegistered;
+    case CUDA_ERROR_NOT_SUPPORTED:
+        return cudaErrorNotSupported;
+    default:
+        return cudaErrorUnknown;
     }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    /* strtoull would accept leading blanks and a minus sign: demand digits only. */
-    if (!isdigit((unsigned char)s[0]) || *end != '\0' || errno != 0 || v < min || v > max) {
-        fprintf(stderr,
-                "simcuda: %s=\"%s\" is not a decimal number in [%llu, %llu]; "
-                "CUDA calls will fail with cudaErrorInitializationError\n",
-                name, s, min, max);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
-/* fork() while another thread holds the lock would leave the child's copy locked forever:
- * hold it across fork so both sides start with it free. (A real runtime refuses to work in
- * the child of an initialised parent; the simulator keeps working, which fork tests need.) */
-static void fork_prepare(void) { pthread_mutex_lock(&sim.lock); }
-static void fork_done(void) { pthread_mutex_unlock(&sim.lock); }
-
-static void load_config(void)
+static void load_driver(void)
 {
-    unsigned long long capacity, devices, host_capacity;
-    int bad = 0;
-    bad |= env_number("SIMCUDA_CAPACITY", DEFAULT_CAPACITY, 0, DEVICE_WINDOW, &capacity);
-    bad |= env_number("SIMCUDA_DEVICES", 1, 1, MAX_DEVICES, &devices);
-    bad |= env_number("SIMCUDA_HOST_CAPACITY", DEFAULT_HOST_CAPACITY, 0, SIZE_MAX, &host_capacity);
-    if (bad)
+    typedef CUresult (*resolver_v1)(const char *, void **, int, cuuint64_t);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
         return;
-    sim.capacity = (size_t)capacity;
-    sim.devices = (int)devices;
-    sim.host_capacity = (size_t)host_capacity;
-    for (int d = 0; d < sim.devices; d++)
-        sim.dev[d].next = (uintptr_t)(DEVICE_BASE + (unsigned long long)d * DEVICE_WINDOW);
-    pthread_atfork(fork_prepare, fork_done, fork_done);
-    sim.ok = 1;
+    void *self = NULL;
+    void *v2 = dlsym(h, "cuGetProcAddress_v2");
+    if (v2) {
+        CUdriverProcAddressQueryResult st;
+        ((__typeof__(cuGetProcAddress_v2) *)v2)("cuGetProcAddress", &self, SIM_VERSION, 0, &st);
+    } else {
+        void *v1 = dlsym(h, "cuGetProcAddress");
+        if (v1)
+            ((resolver_v1)v1)("cuGetProcAddress", &self, SIM_VERSION, 0);
+    }
+    if (!self)
+        return; /* a driver too old for this runtime */
+    /* The resolver's answer for itself is what the runtime uses from now on. */
+    drv.get_proc = (__typeof__(cuGetProcAddress_v2) *)self;
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        CUdriverProcAddressQueryResult st;
+        if (drv.get_proc(wanted[i].name, wanted[i].slot, SIM_VERSION, wanted[i].flags, &st) !=
+            CUDA_SUCCESS)
+            *wanted[i].slot = NULL;
+    }
+    driver_loaded = 1;
+    if (!drv.init)
+        return;
+    driver_status = from_driver(drv.init(0));
 }
-
-/* ---- helpers (none of them exported) ------------------------------------------------------- */
 
 static cudaError_t fail(cudaError_t e)
 {
@@ -143,331 +205,205 @@ static cudaError_t fail(cudaError_t e)
     return e;
 }
 
-static int started(void)
+/* The driver's result as the runtime reports it. */
+static cudaError_t result(CUresult r)
 {
-    pthread_once(&sim.once, load_config);
-    return sim.ok;
+    cudaError_t e = from_driver(r);
+    return e == cudaSuccess ? e : fail(e);
 }
 
-#define REQUIRE_STARTED()                                                                          \
+static cudaError_t started(void)
+{
+    pthread_once(&once, load_driver);
+    return driver_status;
+}
+
+/* Returns from the calling API unless the driver is loaded, initialised and has `fn`. */
+#define REQUIRE(fn)                                                                                \
     do {                                                                                           \
-        if (!started())                                                                            \
-            return fail(cudaErrorInitializationError);                                             \
+        cudaError_t started_ = started();                                                          \
+        if (started_ != cudaSuccess)                                                               \
+            return fail(started_);                                                                 \
+        if (drv.fn == NULL)                                                                        \
+            return fail(cudaErrorCallRequiresNewerDriver);                                         \
     } while (0)
 
-/* Rounds n up to the allocation granularity; -1 if that overflows. */
-static int round_up(size_t n, size_t *out)
+/* The driver writes a CUdeviceptr; the runtime hands out a void *. */
+static cudaError_t to_pointer(CUresult r, CUdeviceptr d, void **p)
 {
-    if (n > SIZE_MAX - (ROUNDING - 1))
-        return -1;
-    *out = (n + ROUNDING - 1) & ~(size_t)(ROUNDING - 1);
-    return 0;
+    *p = (void *)(uintptr_t)d;
+    return result(r);
 }
 
-static int stream_is_live_locked(cudaStream_t s)
+static size_t pitch_of(size_t width)
 {
-    uintptr_t h = (uintptr_t)s;
-    for (size_t i = 0; i < sim.n_streams; i++)
-        if (sim.streams[i] == h)
-            return 1;
-    return 0;
-}
-
-/* NULL, the legacy and per-thread handles, and live created streams are valid. */
-static int stream_ok(cudaStream_t s)
-{
-    if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread)
-        return 1;
-    pthread_mutex_lock(&sim.lock);
-    int ok = stream_is_live_locked(s);
-    pthread_mutex_unlock(&sim.lock);
-    return ok;
-}
-
-/* Fake device memory: `size` is non-zero and p non-NULL. */
-static cudaError_t device_alloc(void **p, size_t size, int device)
-{
-    size_t rounded;
-    if (round_up(size, &rounded) != 0) {
-        *p = NULL;
-        return fail(cudaErrorMemoryAllocation);
-    }
-    struct device_state *d = &sim.dev[device];
-    uintptr_t window_end =
-        (uintptr_t)(DEVICE_BASE + (unsigned long long)(device + 1) * DEVICE_WINDOW);
-    cudaError_t rc = cudaSuccess;
-    uintptr_t addr = 0;
-
-    pthread_mutex_lock(&sim.lock);
-    if (rounded > sim.capacity - d->used) {
-        rc = cudaErrorMemoryAllocation;
-    } else {
-        addr = sim_free_pop(&d->free, rounded);
-        int fresh = addr == 0;
-        /* Sizes are never coalesced, so churn through many distinct sizes can exhaust the
-         * window before the capacity: that is fragmentation, reported as out of memory. */
-        if (fresh && rounded > window_end - d->next)
-            rc = cudaErrorMemoryAllocation;
-        else if (fresh)
-            addr = d->next;
-        if (rc == cudaSuccess) {
-            struct sim_block b = {addr, rounded, SIM_DEVICE, device};
-            if (sim_live_insert(&sim.live, b) != 0) {
-                rc = cudaErrorMemoryAllocation;
-                if (!fresh)
-                    (void)sim_free_push(&d->free, rounded, addr); /* had room a moment ago */
-            } else {
-                if (fresh)
-                    d->next += rounded;
-                d->used += rounded;
-            }
-        }
-    }
-    pthread_mutex_unlock(&sim.lock);
-
-    if (rc != cudaSuccess) {
-        *p = NULL;
-        return fail(rc);
-    }
-    *p = (void *)addr;
-    return cudaSuccess;
-}
-
-/* Real host memory, managed (charged to `device`) or pinned (device -1): size non-zero. */
-static cudaError_t host_alloc(void **p, size_t size, int kind, int device)
-{
-    size_t rounded;
-    if (round_up(size, &rounded) != 0) {
-        *p = NULL;
-        return fail(cudaErrorMemoryAllocation);
-    }
-    size_t *used = kind == SIM_MANAGED ? &sim.dev[device].used : &sim.host_used;
-    size_t capacity = kind == SIM_MANAGED ? sim.capacity : sim.host_capacity;
-    cudaError_t rc = cudaErrorMemoryAllocation;
-    void *mem = NULL;
-
-    pthread_mutex_lock(&sim.lock);
-    if (rounded <= capacity - *used && posix_memalign(&mem, HOST_ALIGN, rounded) == 0) {
-        struct sim_block b = {(uintptr_t)mem, rounded, kind, device};
-        if (sim_live_insert(&sim.live, b) == 0) {
-            *used += rounded;
-            rc = cudaSuccess;
-        } else {
-            free(mem);
-            mem = NULL;
-        }
-    }
-    pthread_mutex_unlock(&sim.lock);
-
-    *p = mem;
-    return rc == cudaSuccess ? cudaSuccess : fail(rc);
-}
-
-#define FREES_DEVICE (1u << SIM_DEVICE)
-#define FREES_MANAGED (1u << SIM_MANAGED)
-#define FREES_PINNED_HOST (1u << SIM_PINNED_HOST)
-
-/* Frees the live block starting at p if its kind is in `kinds` (a FREES_* mask). */
-static cudaError_t release(void *p, unsigned kinds)
-{
-    if (p == NULL)
-        return cudaSuccess;
-    pthread_mutex_lock(&sim.lock);
-    struct sim_block *slot = sim_live_find(&sim.live, (uintptr_t)p);
-    if (!slot || !(kinds & (1u << slot->kind))) {
-        pthread_mutex_unlock(&sim.lock);
-        return fail(cudaErrorInvalidValue);
-    }
-    struct sim_block b = *slot;
-    sim_live_remove(&sim.live, slot);
-    if (b.kind == SIM_DEVICE) {
-        sim.dev[b.device].used -= b.size;
-        /* On failure the fake address is just never handed out again. */
-        (void)sim_free_push(&sim.dev[b.device].free, b.size, b.ptr);
-    } else if (b.kind == SIM_MANAGED) {
-        sim.dev[b.device].used -= b.size;
-        free(p);
-    } else {
-        sim.host_used -= b.size;
-        free(p);
-    }
-    pthread_mutex_unlock(&sim.lock);
-    return cudaSuccess;
-}
-
-/* Shared body of cudaMallocAsync and cudaMallocAsync_ptsz. */
-static cudaError_t malloc_async(void **p, size_t size, cudaStream_t stream)
-{
-    REQUIRE_STARTED();
-    if (p == NULL)
-        return fail(cudaErrorInvalidValue);
-    if (!stream_ok(stream)) {
-        *p = NULL;
-        return fail(cudaErrorInvalidResourceHandle);
-    }
-    if (size == 0) {
-        *p = NULL;
-        return cudaSuccess;
-    }
-    return device_alloc(p, size, current_device);
-}
-
-/* Shared body of cudaFreeAsync and cudaFreeAsync_ptsz: stream-ordered frees are immediate. */
-static cudaError_t free_async(void *p, cudaStream_t stream)
-{
-    REQUIRE_STARTED();
-    if (!stream_ok(stream))
-        return fail(cudaErrorInvalidResourceHandle);
-    return release(p, FREES_DEVICE);
-}
-
-/* Bytes of a pitched allocation: rows rounded to the granularity. -1 on overflow. */
-static int pitched_bytes(size_t width, size_t rows, size_t *pitch, size_t *bytes)
-{
-    if (round_up(width, pitch) != 0)
-        return -1;
-    return __builtin_mul_overflow(*pitch, rows, bytes) ? -1 : 0;
+    return (width + ROUNDING - 1) & ~(size_t)(ROUNDING - 1);
 }
 
 /* ---- device memory ------------------------------------------------------------------------- */
 
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    REQUIRE_STARTED();
+    REQUIRE(mem_alloc);
     if (devPtr == NULL)
         return fail(cudaErrorInvalidValue);
     if (size == 0) {
         *devPtr = NULL;
         return cudaSuccess;
     }
-    return device_alloc(devPtr, size, current_device);
+    CUdeviceptr d = 0;
+    CUresult r = drv.mem_alloc(&d, size);
+    return to_pointer(r, d, devPtr);
 }
 
 cudaError_t cudaFree(void *devPtr)
 {
-    REQUIRE_STARTED();
-    return release(devPtr, FREES_DEVICE | FREES_MANAGED);
+    REQUIRE(mem_free);
+    if (devPtr == NULL)
+        return cudaSuccess;
+    return result(drv.mem_free((CUdeviceptr)(uintptr_t)devPtr));
 }
 
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
-    return malloc_async(devPtr, size, stream);
+    REQUIRE(alloc_async);
+    if (devPtr == NULL)
+        return fail(cudaErrorInvalidValue);
+    if (size == 0) {
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_async(&d, size, stream);
+    return to_pointer(r, d, devPtr);
 }
 
 cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
 {
-    return malloc_async(devPtr, size, stream);
+    REQUIRE(alloc_async_ptsz);
+    if (devPtr == NULL)
+        return fail(cudaErrorInvalidValue);
+    if (size == 0) {
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_async_ptsz(&d, size, stream);
+    return to_pointer(r, d, devPtr);
 }
 
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
-    return free_async(devPtr, stream);
+    REQUIRE(free_async);
+    /* NULL goes to the driver too: it still checks the stream. */
+    return result(drv.free_async((CUdeviceptr)(uintptr_t)devPtr, stream));
 }
 
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
 {
-    return free_async(devPtr, stream);
+    REQUIRE(free_async_ptsz);
+    return result(drv.free_async_ptsz((CUdeviceptr)(uintptr_t)devPtr, stream));
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device)
 {
-    REQUIRE_STARTED();
+    REQUIRE(default_pool);
     if (pool == NULL)
         return fail(cudaErrorInvalidValue);
-    if (device < 0 || device >= sim.devices)
-        return fail(cudaErrorInvalidDevice);
-    *pool = (cudaMemPool_t)(uintptr_t)(POOL_BASE + device);
-    return cudaSuccess;
+    return result(drv.default_pool(pool, device));
 }
 
 cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, cudaMemPool_t pool,
                                     cudaStream_t stream)
 {
-    REQUIRE_STARTED();
+    REQUIRE(alloc_pool);
     if (devPtr == NULL)
         return fail(cudaErrorInvalidValue);
-    /* Only the default pools exist; an allocation lands on the pool's device, whatever the
-     * current device is. */
-    uintptr_t v = (uintptr_t)pool;
-    if (v < POOL_BASE || v >= POOL_BASE + (uintptr_t)sim.devices) {
-        *devPtr = NULL;
-        return fail(cudaErrorInvalidValue);
-    }
-    if (!stream_ok(stream)) {
-        *devPtr = NULL;
-        return fail(cudaErrorInvalidResourceHandle);
-    }
     if (size == 0) {
         *devPtr = NULL;
         return cudaSuccess;
     }
-    return device_alloc(devPtr, size, (int)(v - POOL_BASE));
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_pool(&d, size, pool, stream);
+    return to_pointer(r, d, devPtr);
+}
+
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **devPtr, size_t size, cudaMemPool_t pool,
+                                         cudaStream_t stream)
+{
+    REQUIRE(alloc_pool_ptsz);
+    if (devPtr == NULL)
+        return fail(cudaErrorInvalidValue);
+    if (size == 0) {
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_pool_ptsz(&d, size, pool, stream);
+    return to_pointer(r, d, devPtr);
 }
 
 cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
-    REQUIRE_STARTED();
+    REQUIRE(alloc_pitch);
     if (devPtr == NULL || pitch == NULL)
         return fail(cudaErrorInvalidValue);
-    size_t bytes;
-    if (pitched_bytes(width, height, pitch, &bytes) != 0) {
+    if (width == 0 || height == 0) {
         *devPtr = NULL;
-        return fail(cudaErrorMemoryAllocation);
-    }
-    if (bytes == 0) {
-        *devPtr = NULL;
+        *pitch = pitch_of(width);
         return cudaSuccess;
     }
-    return device_alloc(devPtr, bytes, current_device);
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_pitch(&d, pitch, width, height, PITCH_ELEMENT);
+    return to_pointer(r, d, devPtr);
 }
 
 cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
 {
-    REQUIRE_STARTED();
+    REQUIRE(alloc_pitch);
     if (pitchedDevPtr == NULL)
         return fail(cudaErrorInvalidValue);
-    size_t rows, pitch, bytes;
+    size_t rows;
     pitchedDevPtr->ptr = NULL;
-    if (__builtin_mul_overflow(extent.height, extent.depth, &rows) ||
-        pitched_bytes(extent.width, rows, &pitch, &bytes) != 0)
+    if (__builtin_mul_overflow(extent.height, extent.depth, &rows))
         return fail(cudaErrorMemoryAllocation);
-    pitchedDevPtr->pitch = pitch;
+    pitchedDevPtr->pitch = pitch_of(extent.width);
     pitchedDevPtr->xsize = extent.width;
     pitchedDevPtr->ysize = extent.height;
-    if (bytes == 0)
+    if (extent.width == 0 || rows == 0)
         return cudaSuccess;
-    return device_alloc(&pitchedDevPtr->ptr, bytes, current_device);
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_pitch(&d, &pitchedDevPtr->pitch, extent.width, rows, PITCH_ELEMENT);
+    return to_pointer(r, d, &pitchedDevPtr->ptr);
 }
 
 /* ---- managed and pinned host memory -------------------------------------------------------- */
 
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
-    REQUIRE_STARTED();
+    REQUIRE(alloc_managed);
     if (devPtr == NULL)
         return fail(cudaErrorInvalidValue);
-    if (size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)) {
-        *devPtr = NULL;
-        return fail(cudaErrorInvalidValue);
-    }
-    return host_alloc(devPtr, size, SIM_MANAGED, current_device);
+    CUdeviceptr d = 0;
+    CUresult r = drv.alloc_managed(&d, size, flags); /* it rejects size 0 and bad flags */
+    return to_pointer(r, d, devPtr);
 }
 
 cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
-    REQUIRE_STARTED();
+    REQUIRE(alloc_host);
     if (ptr == NULL)
         return fail(cudaErrorInvalidValue);
     if (size == 0) {
         *ptr = NULL;
         return cudaSuccess;
     }
-    return host_alloc(ptr, size, SIM_PINNED_HOST, -1);
+    return result(drv.alloc_host(ptr, size));
 }
 
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
-    REQUIRE_STARTED();
+    REQUIRE(host_alloc);
     if (pHost == NULL)
         return fail(cudaErrorInvalidValue);
     const unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
@@ -479,59 +415,60 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
         *pHost = NULL;
         return cudaSuccess;
     }
-    return host_alloc(pHost, size, SIM_PINNED_HOST, -1);
+    return result(drv.host_alloc(pHost, size, flags)); /* the flag values are the driver's */
 }
 
 cudaError_t cudaFreeHost(void *ptr)
 {
-    REQUIRE_STARTED();
-    return release(ptr, FREES_PINNED_HOST);
+    REQUIRE(free_host);
+    if (ptr == NULL)
+        return cudaSuccess;
+    return result(drv.free_host(ptr));
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    REQUIRE(host_register);
+    return result(drv.host_register(ptr, size, flags)); /* the flag values are the driver's */
+}
+
+cudaError_t cudaHostUnregister(void *ptr)
+{
+    REQUIRE(host_unregister);
+    return result(drv.host_unregister(ptr));
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
-    REQUIRE_STARTED();
-    pthread_mutex_lock(&sim.lock);
-    size_t used = sim.dev[current_device].used;
-    pthread_mutex_unlock(&sim.lock);
-    /* Callers pass NULL for the half they do not want. */
-    if (free_bytes)
-        *free_bytes = sim.capacity - used;
-    if (total_bytes)
-        *total_bytes = sim.capacity;
-    return cudaSuccess;
+    REQUIRE(mem_info);
+    /* Callers pass NULL for the half they do not want; so may the driver's callers. */
+    return result(drv.mem_info(free_bytes, total_bytes));
 }
 
-/* Which device and kind a pointer belongs to. The sim knows allocation base addresses only
- * (what a profiler asks about); any other pointer is reported as unregistered host memory,
- * as CUDA 11+ does for memory it does not know. */
+/* Memory the driver does not know is unregistered host memory, as CUDA 11+ reports it. */
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
-    REQUIRE_STARTED();
+    REQUIRE(pointer_attribute);
     if (attributes == NULL)
         return fail(cudaErrorInvalidValue);
-    struct cudaPointerAttributes a = {cudaMemoryTypeUnregistered, -1, NULL, NULL};
-    pthread_mutex_lock(&sim.lock);
-    struct sim_block *slot = ptr ? sim_live_find(&sim.live, (uintptr_t)ptr) : NULL;
-    if (slot) {
-        a.device = slot->device;
-        if (slot->kind == SIM_DEVICE) {
-            a.type = cudaMemoryTypeDevice;
-            a.devicePointer = (void *)ptr;
-        } else if (slot->kind == SIM_MANAGED) {
+    struct cudaPointerAttributes a = {cudaMemoryTypeUnregistered, -1, NULL, (void *)ptr};
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    unsigned int type = 0, managed = 0;
+    int device = -1;
+    if (drv.pointer_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS &&
+        drv.pointer_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) == CUDA_SUCCESS &&
+        drv.pointer_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS) {
+        a.device = device;
+        a.devicePointer = (void *)ptr;
+        if (managed) {
             a.type = cudaMemoryTypeManaged;
-            a.devicePointer = (void *)ptr;
-            a.hostPointer = (void *)ptr;
+        } else if (type == CU_MEMORYTYPE_DEVICE) {
+            a.type = cudaMemoryTypeDevice;
+            a.hostPointer = NULL;
         } else {
             a.type = cudaMemoryTypeHost;
-            a.device = current_device;
-            a.devicePointer = (void *)ptr;
-            a.hostPointer = (void *)ptr;
         }
-    } else {
-        a.hostPointer = (void *)ptr;
     }
-    pthread_mutex_unlock(&sim.lock);
     *attributes = a;
     return cudaSuccess;
 }
@@ -540,83 +477,92 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
 
 cudaError_t cudaGetDevice(int *device)
 {
-    REQUIRE_STARTED();
+    REQUIRE(ctx_get_device);
     if (device == NULL)
         return fail(cudaErrorInvalidValue);
-    *device = current_device;
-    return cudaSuccess;
+    CUdevice d = 0;
+    CUresult r = drv.ctx_get_device(&d);
+    if (r == CUDA_SUCCESS)
+        *device = d;
+    return result(r);
 }
 
 cudaError_t cudaSetDevice(int device)
 {
-    REQUIRE_STARTED();
-    if (device < 0 || device >= sim.devices)
-        return fail(cudaErrorInvalidDevice);
-    current_device = device;
-    return cudaSuccess;
+    REQUIRE(ctx_retain);
+    if (drv.ctx_set_current == NULL)
+        return fail(cudaErrorCallRequiresNewerDriver);
+    CUcontext ctx;
+    CUresult r = drv.ctx_retain(&ctx, device);
+    if (r == CUDA_SUCCESS)
+        r = drv.ctx_set_current(ctx);
+    return result(r);
 }
 
 cudaError_t cudaGetDeviceCount(int *count)
 {
     if (count == NULL)
         return fail(cudaErrorInvalidValue);
-    if (!started()) {
+    cudaError_t s = started();
+    if (s == cudaSuccess && drv.device_count == NULL)
+        s = cudaErrorCallRequiresNewerDriver;
+    if (s != cudaSuccess) {
         *count = 0;
-        return fail(cudaErrorInitializationError);
+        return fail(s);
     }
-    *count = sim.devices;
-    return cudaSuccess;
+    return result(drv.device_count(count));
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    REQUIRE_STARTED();
-    return cudaSuccess; /* nothing is ever in flight */
+    REQUIRE(ctx_synchronize);
+    return result(drv.ctx_synchronize());
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
-    REQUIRE_STARTED();
+    REQUIRE(stream_create);
     if (pStream == NULL)
         return fail(cudaErrorInvalidValue);
-    cudaError_t rc = cudaSuccess;
-    pthread_mutex_lock(&sim.lock);
-    if (sim.n_streams == sim.streams_cap) {
-        size_t cap = sim.streams_cap ? sim.streams_cap * 2 : 16;
-        uintptr_t *s = realloc(sim.streams, cap * sizeof *s);
-        if (s) {
-            sim.streams = s;
-            sim.streams_cap = cap;
-        } else {
-            rc = cudaErrorMemoryAllocation;
-        }
-    }
-    if (rc == cudaSuccess) {
-        /* Handles count up and are never reused, so a destroyed one stays invalid. */
-        uintptr_t h = (uintptr_t)STREAM_BASE + ++sim.streams_made * STREAM_STEP;
-        sim.streams[sim.n_streams++] = h;
-        *pStream = (cudaStream_t)h;
-    }
-    pthread_mutex_unlock(&sim.lock);
-    return rc == cudaSuccess ? cudaSuccess : fail(rc);
+    return result(drv.stream_create(pStream, CU_STREAM_DEFAULT));
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    REQUIRE_STARTED();
-    uintptr_t h = (uintptr_t)stream;
-    int found = 0;
-    pthread_mutex_lock(&sim.lock);
-    for (size_t i = 0; i < sim.n_streams; i++) {
-        if (sim.streams[i] == h) {
-            sim.streams[i] = sim.streams[--sim.n_streams];
-            found = 1;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&sim.lock);
-    /* NULL and the special handles are not destroyable either. */
-    return found ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    REQUIRE(stream_destroy);
+    return result(drv.stream_destroy(stream));
+}
+
+/* ---- driver entry points ------------------------------------------------------------------- */
+
+static cudaError_t entry_point(const char *symbol, void **funcPtr, int version,
+                               unsigned long long flags,
+                               cudaDriverEntryPointQueryResult *driverStatus)
+{
+    cudaError_t s = started();
+    if (s != cudaSuccess)
+        return fail(s);
+    if (funcPtr == NULL)
+        return fail(cudaErrorInvalidValue);
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    /* cudaEnable* flags have the values of the driver's CU_GET_PROC_ADDRESS_* flags. */
+    CUresult r = drv.get_proc(symbol, funcPtr, version, flags, &st);
+    if (driverStatus)
+        *driverStatus = (cudaDriverEntryPointQueryResult)st;
+    return result(r);
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                    cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return entry_point(symbol, funcPtr, SIM_VERSION, flags, driverStatus);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus);
 }
 
 /* ---- errors and versions ------------------------------------------------------------------- */
@@ -632,8 +578,19 @@ static const struct {
     {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
     {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
      "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorCallRequiresNewerDriver, "cudaErrorCallRequiresNewerDriver",
+     "API call is not supported in the installed CUDA driver"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorDeviceUninitialized, "cudaErrorDeviceUninitialized", "invalid device context"},
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
+    {cudaErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered",
+     "part or all of the requested memory range is already mapped"},
+    {cudaErrorHostMemoryNotRegistered, "cudaErrorHostMemoryNotRegistered",
+     "pointer does not correspond to a registered memory region"},
+    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
 #define UNRECOGNIZED "unrecognized error code"
@@ -674,10 +631,15 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
     return cudaSuccess;
 }
 
+/* The driver's version, or 0 when there is no driver (not an error, as in the real runtime). */
 cudaError_t cudaDriverGetVersion(int *driverVersion)
 {
     if (driverVersion == NULL)
         return fail(cudaErrorInvalidValue);
-    *driverVersion = SIM_VERSION;
-    return cudaSuccess;
+    (void)started();
+    if (!driver_loaded || drv.driver_version == NULL) {
+        *driverVersion = 0;
+        return cudaSuccess;
+    }
+    return result(drv.driver_version(driverVersion));
 }

@@ -1,5 +1,5 @@
 /*
- * sim_tables.c: open-addressing hash tables for the simulated CUDA runtime (see sim_tables.h).
+ * sim_tables.c: open-addressing hash tables for the simulated memory model (see sim_tables.h).
  *
  * Linear probing keeps lookups to one or two cache lines; deletion from the live table shifts
  * later entries of the same probe run backwards instead of leaving tombstones, so a program that

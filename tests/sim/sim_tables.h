@@ -1,14 +1,14 @@
 /*
- * sim_tables.h: the two hash tables behind the simulated CUDA runtime (cudart_sim.c).
+ * sim_tables.h: the two hash tables behind the simulated memory model (sim_memory.c).
  *
  *   live table   address -> {size, kind, device} for every allocation not yet freed; it decides
  *                whether a free is valid and how much capacity the free gives back.
- *   free lists   per device: rounded size -> stack of fake device addresses freed at that size,
- *                popped last-in first-out so a freed address comes back for the next allocation of
- *                the same size, the way a real allocator reuses addresses.
+ *   free lists   per address window: rounded size -> stack of fake device addresses freed at
+ *                that size, popped last-in first-out so a freed address comes back for the next
+ *                allocation of the same size, the way a real allocator reuses addresses.
  *
  * Both are open-addressing tables with linear probing that double when 70% full. Neither locks:
- * the caller holds the runtime's one mutex. Zero is never a key (NULL is never live, a size is
+ * the caller holds the model's one mutex. Zero is never a key (NULL is never live, a size is
  * never 0), so a zero key marks an empty slot.
  */
 #ifndef GPUMEMPROF_SIM_TABLES_H
@@ -17,13 +17,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum sim_kind { SIM_DEVICE = 1, SIM_MANAGED = 2, SIM_PINNED_HOST = 3 };
+/* Kinds of memory. The live table holds the first three; the last two only describe what a
+ * pointer query found (a registered host range, a VMM mapping). */
+enum sim_kind {
+    SIM_DEVICE = 1,
+    SIM_MANAGED = 2,
+    SIM_PINNED_HOST = 3,
+    SIM_REGISTERED_HOST = 4,
+    SIM_VMM = 5
+};
 
 struct sim_block {
     uintptr_t ptr; /* key; 0 = empty slot */
     size_t size;   /* rounded size, the amount charged against capacity */
     int kind;      /* enum sim_kind */
-    int device;    /* device charged (-1 for pinned host memory) */
+    int device;    /* device charged; for pinned host memory, the device it was allocated from */
 };
 
 struct sim_live_table {

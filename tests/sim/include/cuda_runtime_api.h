@@ -23,8 +23,16 @@ enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInitializationError = 3,
     cudaErrorInsufficientDriver = 35,
+    cudaErrorCallRequiresNewerDriver = 36,
+    cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
-    cudaErrorInvalidResourceHandle = 400
+    cudaErrorDeviceUninitialized = 201,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorSymbolNotFound = 500,
+    cudaErrorHostMemoryAlreadyRegistered = 712,
+    cudaErrorHostMemoryNotRegistered = 713,
+    cudaErrorNotSupported = 801,
+    cudaErrorUnknown = 999
 };
 typedef enum cudaError cudaError_t;
 
@@ -45,6 +53,26 @@ typedef struct CUmemPoolHandle_st *cudaMemPool_t;
 #define cudaHostAllocPortable 0x01
 #define cudaHostAllocMapped 0x02
 #define cudaHostAllocWriteCombined 0x04
+
+/* cudaHostRegister flags (may be or-ed together). */
+#define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+#define cudaHostRegisterIoMemory 0x04
+#define cudaHostRegisterReadOnly 0x08
+
+/* cudaGetDriverEntryPoint flags: the values of the driver's CU_GET_PROC_ADDRESS_* flags. */
+#define cudaEnableDefault 0x0
+#define cudaEnableLegacyStream 0x1
+#define cudaEnablePerThreadDefaultStream 0x2
+
+/* What cudaGetDriverEntryPoint found (the misspelling is the real header's). */
+enum cudaDriverEntryPointQueryResult {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+    cudaDriverEntryPointVersionNotSufficent = 2
+};
+typedef enum cudaDriverEntryPointQueryResult cudaDriverEntryPointQueryResult;
 
 struct cudaPitchedPtr {
     void *ptr;    /* start of the allocation */
@@ -77,6 +105,8 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, cudaMemPool_t pool,
                                     cudaStream_t stream);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **devPtr, size_t size, cudaMemPool_t pool,
+                                         cudaStream_t stream);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
 cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
 cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
@@ -86,6 +116,8 @@ cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
 cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 cudaError_t cudaFreeHost(void *ptr);
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags);
+cudaError_t cudaHostUnregister(void *ptr);
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 
 /* What a pointer is (CUDA 11+ layout: unregistered host memory is not an error). */
@@ -118,6 +150,14 @@ cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 cudaError_t cudaDriverGetVersion(int *driverVersion);
+
+/* Driver entry points, through the driver's resolver (cuGetProcAddress_v2): the first asks with
+ * the runtime's own version (12040), the second with the caller's. driverStatus may be NULL. */
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                    cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult *driverStatus);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,242 @@
+/*
+ * nvml_sim.c: a simulated NVML, built as libnvidia-ml.so.1, reporting what the simulated CUDA
+ * driver (cuda_sim.c) has charged in the same process. A profiler's sampler reads it from a
+ * background thread to compare what it tracked with what the "GPU" says is used (the gap is the
+ * context, fragmentation, memory it could not see).
+ *
+ * Environment, read once by the first nvmlInit_v2 (the driver's own variables, same rules):
+ *   SIMCUDA_CAPACITY   total bytes per device     default 17179869184 (16 GiB), at most 1 TiB
+ *   SIMCUDA_DEVICES    number of devices          default 1, 1..64
+ * A malformed value is reported once on stderr and nvmlInit_v2 fails with NVML_ERROR_UNKNOWN.
+ *
+ * Values: on every query it looks for an already loaded libcuda.so.1
+ * (dlopen(..., RTLD_NOW | RTLD_NOLOAD)) and asks its test-only export simcuda_device_used(d): the
+ * bytes this process has on device d, the context's SIMCUDA_CONTEXT_BYTES included. Without a
+ * loaded driver that is 0. Memory info: total = capacity, used = that, free = total - used. The
+ * process list has this process (getpid()) on a device only when it uses more than 0 bytes there,
+ * with gpuInstanceId = computeInstanceId = 0xFFFFFFFF (not MIG-partitioned).
+ *
+ * Contract rules kept here (tests/sim_contract.rs checks them):
+ *   Calls before nvmlInit_v2 (or after the matching number of nvmlShutdown) ->
+ *   NVML_ERROR_UNINITIALIZED (1). NULL out-pointer, bad index or handle ->
+ *   NVML_ERROR_INVALID_ARGUMENT (2). A string buffer too small -> NVML_ERROR_INSUFFICIENT_SIZE
+ *   (7). nvmlDeviceGetComputeRunningProcesses_v3: *infoCount smaller than the number of
+ *   processes -> NVML_ERROR_INSUFFICIENT_SIZE with *infoCount set to that number (so
+ *   *infoCount = 0 and infos = NULL asks for the count); else the entries and *infoCount = their
+ *   number.
+ *
+ * Safe from any thread: it never calls a CUDA API, only simcuda_device_used (which takes the
+ * driver's lock briefly). Built with -fvisibility=hidden: only SIM_EXPORT definitions are
+ * exported.
+ */
+#define _GNU_SOURCE /* RTLD_NOLOAD */
+
+#include "nvml.h"
+#include "sim_env.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SIM_EXPORT __attribute__((visibility("default")))
+#define MAX_DEVICES 64
+#define DEFAULT_CAPACITY 17179869184ULL /* 16 GiB, as the driver */
+#define MAX_CAPACITY 0x10000000000ULL   /* 1 TiB, as the driver */
+#define NOT_MIG 0xFFFFFFFFu
+#define DRIVER_VERSION "550.54.15" /* a driver of CUDA 12.4, like the simulated one */
+#define DEVICE_NAME "NVIDIA Simulated GPU"
+
+struct nvmlDevice_st {
+    unsigned int index;
+};
+
+static struct nvmlDevice_st devices[MAX_DEVICES];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int config_ok;
+static unsigned long long capacity;
+static unsigned int device_count;
+static int init_count; /* nvmlInit_v2 minus nvmlShutdown; atomic */
+
+static void configure(void)
+{
+    unsigned long long cap = 0, n = 0;
+    const char *why = "nvmlInit_v2 will fail with NVML_ERROR_UNKNOWN";
+    if (sim_env_number("simnvml", "SIMCUDA_CAPACITY", DEFAULT_CAPACITY, 0, MAX_CAPACITY, why,
+                       &cap) != 0 ||
+        sim_env_number("simnvml", "SIMCUDA_DEVICES", 1, 1, MAX_DEVICES, why, &n) != 0)
+        return;
+    capacity = cap;
+    device_count = (unsigned int)n;
+    for (unsigned int i = 0; i < device_count; i++)
+        devices[i].index = i;
+    config_ok = 1;
+}
+
+static int initialised(void)
+{
+    return __atomic_load_n(&init_count, __ATOMIC_ACQUIRE) > 0;
+}
+
+/* The device index of a handle this library gave out, or -1. */
+static int index_of(nvmlDevice_t device)
+{
+    for (unsigned int i = 0; i < device_count; i++)
+        if (device == &devices[i])
+            return (int)i;
+    return -1;
+}
+
+/* What the simulated driver in this process has charged on the device; 0 without one. */
+static unsigned long long used_on(int index)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        return 0;
+    unsigned long long (*used)(int) = (unsigned long long (*)(int))dlsym(h, "simcuda_device_used");
+    unsigned long long u = used ? used(index) : 0;
+    dlclose(h); /* NOLOAD still took a reference */
+    return u < capacity ? u : capacity;
+}
+
+static nvmlReturn_t copy_string(char *out, unsigned int length, const char *s)
+{
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t n = strlen(s) + 1;
+    if (length < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(out, s, n);
+    return NVML_SUCCESS;
+}
+
+#define REQUIRE_INIT()                                                                             \
+    do {                                                                                           \
+        if (!initialised())                                                                        \
+            return NVML_ERROR_UNINITIALIZED;                                                       \
+    } while (0)
+
+SIM_EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+    pthread_once(&once, configure);
+    if (!config_ok)
+        return NVML_ERROR_UNKNOWN;
+    __atomic_add_fetch(&init_count, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    int n = __atomic_load_n(&init_count, __ATOMIC_ACQUIRE);
+    while (n > 0)
+        if (__atomic_compare_exchange_n(&init_count, &n, n - 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return NVML_SUCCESS;
+    return NVML_ERROR_UNINITIALIZED;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    REQUIRE_INIT();
+    return copy_string(version, length, DRIVER_VERSION);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    REQUIRE_INIT();
+    if (deviceCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *deviceCount = device_count;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    REQUIRE_INIT();
+    if (device == NULL || index >= device_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    REQUIRE_INIT();
+    if (index_of(device) < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return copy_string(name, length, DEVICE_NAME);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    REQUIRE_INIT();
+    int i = index_of(device);
+    if (i < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char text[NVML_DEVICE_UUID_BUFFER_SIZE];
+    snprintf(text, sizeof text, "GPU-5e1a0000-0000-4000-8000-%012x", (unsigned)i);
+    return copy_string(uuid, length, text);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    REQUIRE_INIT();
+    int i = index_of(device);
+    if (i < 0 || memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long used = used_on(i);
+    memory->total = capacity;
+    memory->used = used;
+    memory->free = capacity - used;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                unsigned int *infoCount,
+                                                                nvmlProcessInfo_t *infos)
+{
+    REQUIRE_INIT();
+    int i = index_of(device);
+    if (i < 0 || infoCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long used = used_on(i);
+    unsigned int n = used > 0 ? 1 : 0;
+    if (*infoCount < n) {
+        *infoCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0 && infos == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (n > 0)
+        infos[0] = (nvmlProcessInfo_t){(unsigned int)getpid(), used, NOT_MIG, NOT_MIG};
+    *infoCount = n;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case NVML_SUCCESS:
+        return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+        return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+        return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+        return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+        return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED:
+        return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND:
+        return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+        return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+        return "Driver Not Loaded";
+    case NVML_ERROR_UNKNOWN:
+        return "Unknown Error";
+    }
+    return "Unknown Error";
+}
