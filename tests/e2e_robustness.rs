@@ -140,13 +140,14 @@ fn flush_then_exit_without_handlers_keeps_every_event() {
             .filter(|r| matches!(r, Record::Free(_)))
             .count();
         assert_eq!((allocs, frees), (3, 1), "round {round}");
+        // _exit skips atexit handlers, but the shim hooks _exit and completes the trace.
         assert!(
-            !records.iter().any(|r| matches!(r, Record::End(_))),
-            "_exit skips the final flush"
+            records.iter().any(|r| matches!(r, Record::End(_))),
+            "round {round}: the trace is complete"
         );
         if round == 0 {
             let leaks = report("leaks", &run.trace, &[]);
-            assert_eq!(leaks["trace"]["complete"], false);
+            assert_eq!(leaks["trace"]["complete"], true);
             assert_eq!(leaks["total_bytes"], 2 * MIB);
             assert_eq!(leaks["total_count"], 2);
         }
@@ -344,47 +345,61 @@ fn errno_is_what_the_runtime_left_even_when_the_shim_met_errors() {
 }
 
 #[test]
-fn a_forked_child_passes_through_and_an_execed_child_writes_its_own_trace() {
-    let dir = scratch("fork_exec");
-    let template = dir.join("t.%p.trace");
-    let child = gpumemprof_tests::program_command("fork_exec")
-        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
-        .env("GPUMEMPROF_OUTPUT", &template)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let parent_pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "forked child rc=0\nexec child ok\nparent ok\n"
-    );
-    let mut traces: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
-        .collect();
-    traces.sort();
-    assert_eq!(traces.len(), 2, "parent and exec'd child: {traces:?}");
-    let parent = dir.join(format!("t.{parent_pid}.trace"));
-    let exec_child = traces
-        .iter()
-        .find(|p| **p != parent)
-        .expect("the exec'd child's trace");
-    let p = report("summary", &parent, &[]);
-    assert_eq!(
-        p["totals"]["allocations"], 1,
-        "the forked child's allocation is not recorded"
-    );
-    assert_eq!(p["totals"]["live_bytes_at_end"], MIB);
-    let c = report("summary", exec_child, &[]);
-    assert_eq!(c["totals"]["allocations"], 1);
-    assert_eq!(c["totals"]["live_bytes_at_end"], 3 * MIB);
+fn a_forked_child_writes_its_own_trace_or_nothing_and_an_execed_child_writes_its_own() {
+    for mode in ["trace", "off"] {
+        let dir = scratch(&format!("fork_exec_{mode}"));
+        let template = dir.join("t.%p.trace");
+        let child = gpumemprof_tests::program_command("fork_exec")
+            .env("LD_PRELOAD", gpumemprof_tests::shim_path())
+            .env("GPUMEMPROF_OUTPUT", &template)
+            .env("GPUMEMPROF_FORK", mode)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let parent_pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "forked child rc=0\nexec child ok\nparent ok\n"
+        );
+        let mut traces: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+            .collect();
+        traces.sort();
+        let parent = dir.join(format!("t.{parent_pid}.trace"));
+        let p = report("summary", &parent, &[]);
+        assert_eq!(
+            p["totals"]["allocations"], 1,
+            "{mode}: the forked child's allocation is never in the parent's trace"
+        );
+        assert_eq!(p["totals"]["live_bytes_at_end"], MIB);
+        // Per child: (allocations, live bytes at end). The forked child allocates and frees
+        // 2 MiB and leaves with _exit; the exec'd child keeps 3 MiB.
+        let mut children: Vec<(u64, u64)> = traces
+            .iter()
+            .filter(|t| **t != parent)
+            .map(|t| {
+                let c = report("summary", t, &[]);
+                assert_eq!(c["trace"]["complete"], true, "{mode}: {}", t.display());
+                (
+                    c["totals"]["allocations"].as_u64().unwrap(),
+                    c["totals"]["live_bytes_at_end"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        children.sort();
+        match mode {
+            "trace" => assert_eq!(children, vec![(1, 0), (1, 3 * MIB)], "{traces:?}"),
+            _ => assert_eq!(children, vec![(1, 3 * MIB)], "{traces:?}"),
+        }
+    }
 }

@@ -22,6 +22,26 @@ impl StackMode {
     }
 }
 
+/// What the shim writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every event, as it happens.
+    Full,
+    /// Flight recorder: nothing until the first out-of-memory failure, then the live
+    /// allocations and the last `oom_ring` events, then everything as in `Full`.
+    Oom,
+}
+
+/// What a `fork` child does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForkMode {
+    /// The child records into its own trace (the output template with the child's pid),
+    /// created when the child first allocates.
+    Trace,
+    /// The child records nothing.
+    Off,
+}
+
 /// Frames kept per stack at most: the capture buffer (MAX_STACK_DEPTH * 8 bytes) lives on
 /// the allocating thread's stack.
 pub const MAX_STACK_DEPTH: usize = 128;
@@ -37,6 +57,10 @@ pub struct Config {
     pub quiet: bool,
     /// NVML sampling interval in ms; 0 = off.
     pub nvml_ms: u64,
+    pub mode: Mode,
+    pub oom_ring: usize,
+    pub fork: ForkMode,
+    pub signals: bool,
 }
 
 impl Default for Config {
@@ -50,6 +74,10 @@ impl Default for Config {
             queue_capacity: 16384,
             quiet: false,
             nvml_ms: 500,
+            mode: Mode::Full,
+            oom_ring: 65536,
+            fork: ForkMode::Trace,
+            signals: true,
         }
     }
 }
@@ -92,6 +120,26 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_NVML_MS",
         default: "500",
         doc: "Interval, in milliseconds (0 = off, else 10 to 60000), at which the writer thread asks NVML (`libnvidia-ml.so.1`, loaded only if present) how much device memory this process uses; reports set it against what the hooks saw (the CUDA context, library workspaces). Without NVML nothing is recorded and nothing is printed.",
+    },
+    Var {
+        name: "GPUMEMPROF_MODE",
+        default: "full",
+        doc: "`full` records every event as it happens. `oom` is a flight recorder: nothing is written until an allocation fails with out-of-memory; then the trace gets the allocations live at that moment plus the last `GPUMEMPROF_OOM_RING` events, and recording goes on as in `full` until exit. A run that never runs out of memory leaves no file.",
+    },
+    Var {
+        name: "GPUMEMPROF_OOM_RING",
+        default: "65536",
+        doc: "Events the flight recorder keeps before an out-of-memory (16 to 16777216). Memory: about 100 bytes per event in the ring plus about 100 bytes per live allocation plus the distinct stacks.",
+    },
+    Var {
+        name: "GPUMEMPROF_FORK",
+        default: "trace",
+        doc: "What a `fork` child (without `exec`) records: `trace`, its own trace (the output template with the child's pid, created when the child first allocates), or `off`, nothing. Exec'd children inherit `LD_PRELOAD` and always write their own trace.",
+    },
+    Var {
+        name: "GPUMEMPROF_SIGNALS",
+        default: "1",
+        doc: "`1`: on SIGTERM, SIGINT, SIGABRT, SIGSEGV and SIGBUS the trace is completed (or flushed, when the program handles the signal itself) before the program's own handler or the default action runs. `0` installs no handlers.",
     },
     Var {
         name: "GPUMEMPROF_QUIET",
@@ -193,6 +241,35 @@ impl Config {
                 c.nvml_ms = n;
             }
         }
+        if let Some(v) = get("GPUMEMPROF_MODE") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "full" => c.mode = Mode::Full,
+                "oom" => c.mode = Mode::Oom,
+                _ => w.push(format!(
+                    "GPUMEMPROF_MODE={v:?} is not full or oom; using full"
+                )),
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_OOM_RING") {
+            if let Some(n) = ranged("GPUMEMPROF_OOM_RING", &v, 16, 1 << 24, &mut w) {
+                c.oom_ring = n as usize;
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_FORK") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "trace" => c.fork = ForkMode::Trace,
+                "off" => c.fork = ForkMode::Off,
+                _ => w.push(format!(
+                    "GPUMEMPROF_FORK={v:?} is not trace or off; using trace"
+                )),
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_SIGNALS") {
+            match flag(&v) {
+                Some(b) => c.signals = b,
+                None => w.push(format!("GPUMEMPROF_SIGNALS={v:?} is not 0 or 1; ignored")),
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_QUIET") {
             match flag(&v) {
                 Some(b) => c.quiet = b,
@@ -211,6 +288,10 @@ impl Config {
             "flush_ms": self.flush_ms,
             "queue_capacity": self.queue_capacity,
             "nvml_ms": self.nvml_ms,
+            "mode": match self.mode { Mode::Full => "full", Mode::Oom => "oom" },
+            "oom_ring": self.oom_ring,
+            "fork": match self.fork { ForkMode::Trace => "trace", ForkMode::Off => "off" },
+            "signals": self.signals,
         })
     }
 }
@@ -247,6 +328,10 @@ mod tests {
         assert_eq!(c.flush_ms, 100);
         assert_eq!(c.queue_capacity, 16384);
         assert_eq!(c.nvml_ms, 500);
+        assert_eq!(
+            (c.mode, c.oom_ring, c.fork, c.signals),
+            (Mode::Full, 65536, ForkMode::Trace, true)
+        );
         assert!(!c.quiet && !c.disabled);
     }
 
@@ -261,8 +346,16 @@ mod tests {
             ("GPUMEMPROF_QUIET", "1"),
             ("GPUMEMPROF_DISABLE", "true"),
             ("GPUMEMPROF_NVML_MS", "0"),
+            ("GPUMEMPROF_MODE", "oom"),
+            ("GPUMEMPROF_OOM_RING", "16"),
+            ("GPUMEMPROF_FORK", "off"),
+            ("GPUMEMPROF_SIGNALS", "0"),
         ]);
         assert_eq!(c.nvml_ms, 0);
+        assert_eq!(
+            (c.mode, c.oom_ring, c.fork, c.signals),
+            (Mode::Oom, 16, ForkMode::Off, false)
+        );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(c.output, "/tmp/x.%p");
         assert_eq!(c.stacks, StackMode::Off);
@@ -280,8 +373,11 @@ mod tests {
             ("GPUMEMPROF_FLUSH_MS", "0"),
             ("GPUMEMPROF_QUEUE_CAPACITY", "lots"),
             ("GPUMEMPROF_NVML_MS", "5"),
+            ("GPUMEMPROF_MODE", "sometimes"),
+            ("GPUMEMPROF_OOM_RING", "1"),
         ]);
-        assert_eq!(w.len(), 5, "{w:?}");
+        assert_eq!(w.len(), 7, "{w:?}");
+        assert_eq!((c.mode, c.oom_ring), (Mode::Full, 65536));
         assert_eq!(c.nvml_ms, 500);
         assert_eq!(c.stacks, StackMode::Full);
         assert_eq!(c.stack_depth, 64);

@@ -117,6 +117,33 @@ pub fn take_fresh(out: &mut Vec<(u64, Box<[u64]>)>) {
     }
 }
 
+/// Before `fork`: hold the table's lock so the child never inherits it mid-change.
+pub fn lock_for_fork() {
+    std::mem::forget(TABLE.lock());
+}
+
+/// After `fork`, in the parent.
+///
+/// # Safety
+/// Only after `lock_for_fork` on this thread.
+pub unsafe fn unlock_after_fork() {
+    TABLE.force_unlock();
+}
+
+/// After `fork`, in a child that records into its own trace: every stack known so far
+/// is queued again, so the child's trace defines the ids its threads' caches hand out.
+///
+/// # Safety
+/// Only after `lock_for_fork` on this thread (the child's only thread).
+pub unsafe fn child_after_fork() {
+    // SAFETY: the lock is held (taken before fork), so this thread has the table.
+    let t = &mut *TABLE.data_ptr();
+    let mut all: Vec<(u64, Box<[u64]>)> = t.ids.iter().map(|(k, &id)| (id, k.clone())).collect();
+    all.sort_by_key(|(id, _)| *id);
+    t.fresh = all;
+    TABLE.force_unlock();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

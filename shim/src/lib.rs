@@ -9,6 +9,7 @@
 //! - `stack`, `intern`: return-address capture and per-thread stack interning on the
 //!   hot path;
 //! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
+//! - `recorder`: the flight recorder (`GPUMEMPROF_MODE=oom`);
 //! - `modules`: the module map written into the trace for later symbolization;
 //! - `nvml`: device memory per process from NVML, sampled by the writer thread;
 //! - `output`, `config`: the trace file and its header, and the environment;
@@ -29,6 +30,7 @@ pub mod modules;
 mod nvml;
 pub mod output;
 mod pipeline;
+mod recorder;
 mod stack;
 
 /// Entry points for the benchmark binary (not part of the C API).

@@ -184,7 +184,7 @@ pub fn header(
         "config": cfg.to_json(),
         "env": envmap,
         "apis": apis,
-        "mem_kinds": ["device", "managed", "pinned_host"],
+        "mem_kinds": ["device", "managed", "pinned_host", "address_reservation", "vmm_handle"],
     })
 }
 

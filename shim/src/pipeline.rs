@@ -29,6 +29,8 @@ use crate::event::{Event, EventKind};
 use crate::intern;
 use crate::lifecycle;
 use crate::modules;
+use crate::output;
+use crate::recorder::Recorder;
 use crossbeam_queue::ArrayQueue;
 use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, Sample, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
@@ -40,6 +42,9 @@ use std::fs::File;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::thread::Thread;
 use std::time::Duration;
+
+/// `cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`.
+const OUT_OF_MEMORY: u32 = 2;
 
 /// Events younger than this stay in the reorder buffer: far longer than the few
 /// microseconds between a hook's timestamp and its push.
@@ -68,11 +73,16 @@ pub struct Pipeline {
     start_ns: u64,
     /// NVML sampling interval (0 = off).
     nvml_ns: u64,
+    /// The trace file's path, once a file exists (at once, or at the flight
+    /// recorder's dump); stable for the life of the process.
+    path: OnceCell<std::ffi::CString>,
+    /// The writer thread's kernel thread id (0 until it runs).
+    writer_tid: std::sync::atomic::AtomicU32,
 }
 
 /// Events as they wait in the reorder buffer: already interned, without frames.
-#[derive(Clone, Copy)]
-enum Pending {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pending {
     Alloc(Alloc),
     Free(Free),
     Failed(AllocFailed),
@@ -90,9 +100,20 @@ impl Pending {
     }
 }
 
+/// Where encoded records go.
+enum Sink {
+    File(TraceWriter<File>),
+    /// The flight recorder, until the first out-of-memory failure.
+    Recorder(Box<Recorder>),
+}
+
 pub struct WriterCore {
-    out: TraceWriter<File>,
+    sink: Sink,
+    /// The trace's path; empty while the flight recorder has written nothing.
     path: String,
+    /// Set when the flight recorder created the file (the pipeline publishes it).
+    new_path: Option<String>,
+    quiet: bool,
     start_ns: u64,
     fresh_stacks: Vec<(u64, Box<[u64]>)>,
     pending: Vec<Pending>,
@@ -108,9 +129,30 @@ impl WriterCore {
     /// A writer over a trace whose header is written; also returns the module map it
     /// recorded first.
     pub fn new(out: TraceWriter<File>, path: String, start_ns: u64) -> (WriterCore, Vec<Module>) {
+        Self::with_sink(Sink::File(out), path, start_ns)
+    }
+
+    /// A flight recorder (`GPUMEMPROF_MODE=oom`): no file until an out-of-memory.
+    pub fn recorder(
+        ring: usize,
+        header: serde_json::Value,
+        wanted: String,
+        quiet: bool,
+        start_ns: u64,
+    ) -> (WriterCore, Vec<Module>) {
+        let rec = Recorder::new(ring, header, wanted);
+        let (mut core, modules) =
+            Self::with_sink(Sink::Recorder(Box::new(rec)), String::new(), start_ns);
+        core.quiet = quiet;
+        (core, modules)
+    }
+
+    fn with_sink(sink: Sink, path: String, start_ns: u64) -> (WriterCore, Vec<Module>) {
         let mut core = WriterCore {
-            out,
+            sink,
             path,
+            new_path: None,
+            quiet: false,
             start_ns,
             fresh_stacks: Vec::new(),
             pending: Vec::with_capacity(4096),
@@ -137,7 +179,10 @@ impl WriterCore {
         let mut fresh = Vec::new();
         for m in modules::scan(t) {
             if self.known_modules.insert((m.start, m.path.clone())) {
-                self.out.encoder().module(&m);
+                match &mut self.sink {
+                    Sink::File(out) => out.encoder().module(&m),
+                    Sink::Recorder(r) => r.modules.push(m.clone()),
+                }
                 fresh.push(m);
             }
         }
@@ -148,8 +193,13 @@ impl WriterCore {
     /// popping events, so every stack those events use is defined before them.
     fn define_stacks(&mut self) {
         intern::take_fresh(&mut self.fresh_stacks);
-        for (id, frames) in self.fresh_stacks.drain(..) {
-            self.out.encoder().stack(id, &frames);
+        match &mut self.sink {
+            Sink::File(out) => {
+                for (id, frames) in self.fresh_stacks.drain(..) {
+                    out.encoder().stack(id, &frames);
+                }
+            }
+            Sink::Recorder(r) => r.stacks.append(&mut self.fresh_stacks),
         }
     }
 
@@ -217,19 +267,92 @@ impl WriterCore {
         };
         for i in 0..n {
             let p = self.pending[i];
-            let enc = self.out.encoder();
-            match p {
-                Pending::Alloc(a) => enc.alloc(&a),
-                Pending::Free(f) => enc.free(&f),
-                Pending::Failed(f) => enc.alloc_failed(&f),
-                Pending::Sample(s) => enc.sample(&s),
-            }
-            self.events += 1;
-            if self.out.encoder().len() >= BLOCK_FLUSH_BYTES {
-                self.flush_block();
-            }
+            self.put(p);
         }
         self.pending.drain(..n);
+    }
+
+    /// Encodes one event (or hands it to the flight recorder).
+    fn put(&mut self, p: Pending) {
+        match &mut self.sink {
+            Sink::File(out) => {
+                let enc = out.encoder();
+                match p {
+                    Pending::Alloc(a) => enc.alloc(&a),
+                    Pending::Free(f) => enc.free(&f),
+                    Pending::Failed(f) => enc.alloc_failed(&f),
+                    Pending::Sample(s) => enc.sample(&s),
+                }
+                self.events += 1;
+                if enc.len() >= BLOCK_FLUSH_BYTES {
+                    self.flush_block();
+                }
+            }
+            Sink::Recorder(r) => {
+                let oom = matches!(p, Pending::Failed(f) if f.result == OUT_OF_MEMORY);
+                r.push(p);
+                if oom {
+                    self.dump_recorder();
+                }
+            }
+        }
+    }
+
+    /// The flight recorder saw an out-of-memory: create the file, write what it kept,
+    /// and record normally from now on. If the file cannot be created, keep recording
+    /// in memory (a later failure tries again).
+    #[cold]
+    fn dump_recorder(&mut self) {
+        let Sink::Recorder(r) = &self.sink else {
+            return;
+        };
+        let (file, path) = match output::create_exclusive(&r.wanted) {
+            Ok(x) => x,
+            Err(e) => {
+                lifecycle::warn(&format!(
+                    "out of memory, but the flight recorder cannot create {}: {e}",
+                    r.wanted
+                ));
+                return;
+            }
+        };
+        let mut header = r.header.clone();
+        header["path"] = serde_json::Value::String(path.clone());
+        let out = match TraceWriter::new(file, &header, ZSTD_LEVEL) {
+            Ok(w) => w,
+            Err(e) => {
+                lifecycle::warn(&format!("cannot write the trace header to {path}: {e}"));
+                return;
+            }
+        };
+        let Sink::Recorder(mut r) = std::mem::replace(&mut self.sink, Sink::File(out)) else {
+            return;
+        };
+        if let Sink::File(out) = &mut self.sink {
+            let enc = out.encoder();
+            for m in &r.modules {
+                enc.module(m);
+            }
+            for (id, frames) in &r.stacks {
+                enc.stack(*id, frames);
+            }
+        }
+        let (base, ring) = r.take_dump();
+        let (n_base, n_ring) = (base.len(), ring.len());
+        for a in base {
+            self.put(Pending::Alloc(a));
+        }
+        for p in ring {
+            self.put(p);
+        }
+        self.flush_block();
+        if !self.quiet {
+            eprintln!(
+                "gpumemprof: out of memory: the flight recorder wrote {n_base} live allocations and the last {n_ring} events to {path}; recording goes on"
+            );
+        }
+        self.path = path.clone();
+        self.new_path = Some(path);
     }
 
     fn stats(&self, queue_waits: u64, now: u64) -> Stats {
@@ -245,15 +368,18 @@ impl WriterCore {
     /// (disk full, file removed) writing stops for good and later events are counted
     /// as dropped: a half-written block in the middle would hide every later one.
     fn flush_block(&mut self) {
+        let Sink::File(out) = &mut self.sink else {
+            return;
+        };
         if self.io_failed {
-            self.dropped += self.out.encoder().records();
-            self.out.encoder().clear();
+            self.dropped += out.encoder().records();
+            out.encoder().clear();
             return;
         }
-        if let Err(e) = self.out.flush_block() {
+        if let Err(e) = out.flush_block() {
             self.io_failed = true;
-            self.dropped += self.out.encoder().records();
-            self.out.encoder().clear();
+            self.dropped += out.encoder().records();
+            out.encoder().clear();
             lifecycle::warn(&format!(
                 "cannot write to the trace file {}: {e}; recording stops here",
                 self.path
@@ -264,7 +390,9 @@ impl WriterCore {
     fn periodic_flush(&mut self, queue_waits: u64, now: u64) {
         self.refresh_modules(now);
         let s = self.stats(queue_waits, now);
-        self.out.encoder().stats(&s);
+        if let Sink::File(out) = &mut self.sink {
+            out.encoder().stats(&s);
+        }
         self.flush_block();
         self.last_flush_ns = now;
     }
@@ -275,8 +403,15 @@ impl WriterCore {
         self.emit(None);
         self.refresh_modules(now);
         let s = self.stats(queue_waits, now);
-        self.out.encoder().end(&s);
+        if let Sink::File(out) = &mut self.sink {
+            out.encoder().end(&s);
+        }
         self.flush_block();
+    }
+
+    /// The path of a file the flight recorder just created, once.
+    fn take_new_path(&mut self) -> Option<String> {
+        self.new_path.take()
     }
 
     pub fn path(&self) -> &str {
@@ -306,11 +441,44 @@ impl Pipeline {
             flush_ns: flush_ms * 1_000_000,
             start_ns,
             nvml_ns: nvml_ms * 1_000_000,
+            path: OnceCell::new(),
+            writer_tid: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
     pub fn set_writer(&self, t: Thread) {
         let _ = self.writer.set(t);
+    }
+
+    /// Publishes the trace file's path.
+    pub fn set_path(&self, path: &str) {
+        let _ = self
+            .path
+            .set(std::ffi::CString::new(path).unwrap_or_default());
+    }
+
+    pub fn path(&self) -> Option<&std::ffi::CStr> {
+        self.path.get().map(|c| c.as_c_str())
+    }
+
+    /// Whether the calling thread is the writer (a signal handler must not wait for
+    /// itself).
+    pub fn on_writer_thread(&self) -> bool {
+        self.writer_tid.load(Ordering::Relaxed) == crate::guard::tid()
+    }
+
+    /// Before `fork`: hold the writer's lock, so the child never inherits a
+    /// half-written block or a lock held by a thread that does not exist there.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.core.lock());
+    }
+
+    /// After `fork`, in the parent (the child abandons this pipeline).
+    ///
+    /// # Safety
+    /// Only after `lock_for_fork` on this thread.
+    pub unsafe fn unlock_after_fork(&self) {
+        self.core.force_unlock();
     }
 
     fn wake_writer(&self) {
@@ -377,11 +545,16 @@ impl Pipeline {
             core.accept(e);
         }
         core.finish(self.queue_waits.load(Ordering::Relaxed));
+        if let Some(p) = core.take_new_path() {
+            self.set_path(&p);
+        }
     }
 
     /// The writer thread's body.
     pub fn run_writer(&self) {
         crate::guard::mark_internal_thread();
+        self.writer_tid
+            .store(crate::guard::tid(), Ordering::Relaxed);
         // NVML is asked from here only (never CUDA); loading it may take a while, so
         // it happens on the first round, not before the writer starts.
         let mut nvml = if self.nvml_ns > 0 {
@@ -415,6 +588,9 @@ impl Pipeline {
                 let now = clock::now_ns();
                 let rel = now.saturating_sub(self.start_ns);
                 core.emit(Some(rel.saturating_sub(REORDER_WINDOW_NS)));
+                if let Some(p) = core.take_new_path() {
+                    self.set_path(&p);
+                }
                 if shutting {
                     break;
                 }
@@ -429,6 +605,9 @@ impl Pipeline {
                     core.define_stacks();
                     core.emit(None);
                     core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
+                    if let Some(p) = core.take_new_path() {
+                        self.set_path(&p);
+                    }
                     self.flush_done.store(asked, Ordering::Release);
                 } else if now.saturating_sub(core.last_flush_ns) >= self.flush_ns {
                     core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
@@ -469,6 +648,9 @@ impl Pipeline {
             core.accept(&e);
         }
         core.finish(self.queue_waits.load(Ordering::Relaxed));
+        if let Some(p) = core.take_new_path() {
+            self.set_path(&p);
+        }
     }
 
     /// Writes every event pushed so far to the file (not merely queued) and returns
@@ -494,8 +676,26 @@ impl Pipeline {
         }
     }
 
+    /// `shutdown` for a signal handler: no lock, no allocation; true if the writer
+    /// finished in time.
+    pub fn shutdown_from_signal(&self, timeout: Duration) -> bool {
+        self.shutdown_requested.store(true, Ordering::Release);
+        self.writer_sleeping.store(true, Ordering::Release);
+        self.wake_writer();
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.writer_done.load(Ordering::Acquire) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    }
+
     /// Asks the writer to drain, write the End record and stop; waits up to `timeout`.
-    /// Returns the number of events written, or None if the writer did not finish.
+    /// Returns the number of events written and the path (empty if no file was
+    /// written: a flight recorder that never saw an out-of-memory), or None if the
+    /// writer did not finish.
     pub fn shutdown(&self, timeout: Duration) -> Option<(u64, String)> {
         self.shutdown_requested.store(true, Ordering::Release);
         self.writer_sleeping.store(true, Ordering::Release);

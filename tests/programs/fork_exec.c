@@ -9,8 +9,10 @@
  * Parent: allocates 1 MiB and keeps it; forks a child that allocates and frees 2 MiB and
  * _exits; then forks and execs itself as "fork_exec child", which allocates 3 MiB and keeps
  * it. Prints "forked child rc=0", "exec child ok" (from the child) and "parent ok".
- * Expected today: the parent's trace holds 1 allocation (1 MiB live) and nothing of the forked
- * child; the exec'd child's own trace holds 1 allocation (3 MiB live).
+ * Expected: the parent's trace holds 1 allocation (1 MiB live) and nothing of the forked child;
+ * the exec'd child's own trace holds 1 allocation (3 MiB live); with GPUMEMPROF_FORK=trace (the
+ * default) the forked child writes its own trace too (1 allocation, freed), with
+ * GPUMEMPROF_FORK=off nothing.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>

@@ -140,6 +140,10 @@ pub(super) fn on_failure(
         }
     }
     record(r);
+    if rc == OUT_OF_MEMORY {
+        // The evidence goes to disk before the program can react (or die).
+        crate::lifecycle::after_oom();
+    }
 }
 
 /// `cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`.

@@ -1,0 +1,176 @@
+//! The flight recorder (`GPUMEMPROF_MODE=oom`): nothing is written until an allocation
+//! fails with out-of-memory; then one self-contained trace holds the allocations live at
+//! that moment and the last N events, and recording goes on normally.
+//!
+//! ```text
+//!  events ─► ring (last N) ──evicted──► base: live allocations before the ring's first event
+//!  on OOM:  file := header, modules, every stack, base as allocations (in time order),
+//!                   then the ring's events in order
+//! ```
+//!
+//! Replaying the dump gives exactly the live state at the failure: the base is the state
+//! before the ring, and the ring is the events since. Memory: the ring (N events), one
+//! record per live allocation, every distinct stack and module seen.
+
+use crate::intern::FxMap;
+use crate::pipeline::Pending;
+use gpumemprof_format::{Alloc, Module, FREE_RANGE};
+use std::collections::VecDeque;
+
+pub struct Recorder {
+    ring: VecDeque<Pending>,
+    capacity: usize,
+    /// Live allocations before the ring's first event, per address space
+    /// (`MemKind::space`).
+    base: [FxMap<u64, Alloc>; 3],
+    pub stacks: Vec<(u64, Box<[u64]>)>,
+    pub modules: Vec<Module>,
+    /// The trace's header, written when the file is created (its `path` set then).
+    pub header: serde_json::Value,
+    /// The output path wanted (placeholders expanded).
+    pub wanted: String,
+}
+
+impl Recorder {
+    pub fn new(capacity: usize, header: serde_json::Value, wanted: String) -> Recorder {
+        Recorder {
+            ring: VecDeque::with_capacity(capacity.min(1 << 16)),
+            capacity,
+            base: Default::default(),
+            stacks: Vec::new(),
+            modules: Vec::new(),
+            header,
+            wanted,
+        }
+    }
+
+    pub fn push(&mut self, p: Pending) {
+        if self.ring.len() >= self.capacity {
+            if let Some(old) = self.ring.pop_front() {
+                self.apply(old);
+            }
+        }
+        self.ring.push_back(p);
+    }
+
+    fn apply(&mut self, p: Pending) {
+        match p {
+            Pending::Alloc(a) if a.address != 0 => {
+                self.base[a.kind.space()].insert(a.address, a);
+            }
+            Pending::Free(f) => {
+                let live = &mut self.base[f.kind.space()];
+                if f.flags & FREE_RANGE != 0 {
+                    let end = f.address.saturating_add(f.size);
+                    let mut at = f.address;
+                    while at < end {
+                        let Some(a) = live.remove(&at) else { break };
+                        at = at.saturating_add(a.size.max(1));
+                    }
+                } else {
+                    live.remove(&f.address);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What to write, in order: the base as allocations sorted by time, then the ring.
+    pub fn take_dump(&mut self) -> (Vec<Alloc>, Vec<Pending>) {
+        let mut base: Vec<Alloc> = self
+            .base
+            .iter_mut()
+            .flat_map(|m| m.drain().map(|(_, a)| a))
+            .collect();
+        base.sort_by_key(|a| a.time_ns);
+        (base, self.ring.drain(..).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumemprof_format::{Free, MemKind};
+
+    fn alloc(t: u64, address: u64, size: u64) -> Pending {
+        Pending::Alloc(Alloc {
+            time_ns: t,
+            tid: 1,
+            api: 1,
+            kind: MemKind::Device,
+            device: 0,
+            address,
+            size,
+            stream: 0,
+            pool: 0,
+            stack: 0,
+        })
+    }
+
+    fn free(t: u64, address: u64, flags: u8, size: u64) -> Pending {
+        Pending::Free(Free {
+            time_ns: t,
+            tid: 1,
+            api: 2,
+            address,
+            stream: 0,
+            stack: 0,
+            result: 0,
+            flags,
+            kind: MemKind::Device,
+            size,
+        })
+    }
+
+    #[test]
+    fn evicted_events_become_the_base_and_the_ring_keeps_the_last_n() {
+        let mut r = Recorder::new(4, serde_json::json!({}), String::new());
+        for i in 0..10u64 {
+            r.push(alloc(i, 0x1000 * (i + 1), 100));
+        }
+        // Free 0x1000 and 0x2000 (in the base by now), and a range over 0x3000..0x5000.
+        r.push(free(10, 0x1000, 0, 0));
+        r.push(free(11, 0x2000, 0, 0));
+        r.push(free(12, 0x3000, FREE_RANGE, 0x2000));
+        let (base, ring) = r.take_dump();
+        // Ring: the last 4 events (the allocation at t=9 and the three frees); base: the
+        // allocations pushed out of the ring (t=0..8); the frees are still in the ring.
+        assert_eq!(ring.len(), 4);
+        let base_addrs: Vec<u64> = base.iter().map(|a| a.address).collect();
+        assert_eq!(
+            base_addrs,
+            vec![0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 0x9000]
+        );
+        // Replaying base + ring gives the live state: 10 allocations minus 4 freed.
+        let mut live: std::collections::BTreeSet<u64> = base_addrs.into_iter().collect();
+        for p in ring {
+            match p {
+                Pending::Alloc(a) => {
+                    live.insert(a.address);
+                }
+                Pending::Free(f) if f.flags & FREE_RANGE != 0 => {
+                    live.retain(|&a| a < f.address || a >= f.address + f.size);
+                }
+                Pending::Free(f) => {
+                    live.remove(&f.address);
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(live.len(), 6);
+    }
+
+    #[test]
+    fn frees_pushed_out_of_the_ring_release_base_allocations() {
+        let mut r = Recorder::new(2, serde_json::json!({}), String::new());
+        r.push(alloc(1, 0x1000, 10));
+        r.push(alloc(2, 0x2000, 10));
+        r.push(free(3, 0x1000, 0, 0));
+        r.push(alloc(4, 0x3000, 10));
+        r.push(alloc(5, 0x4000, 10)); // evicts the free of 0x1000
+        let (base, ring) = r.take_dump();
+        let addrs: Vec<u64> = base.iter().map(|a| a.address).collect();
+        assert_eq!(addrs, vec![0x2000]);
+        assert_eq!(ring.len(), 2);
+    }
+}
