@@ -61,6 +61,7 @@ pub struct Config {
     pub oom_ring: usize,
     pub fork: ForkMode,
     pub signals: bool,
+    pub clock: crate::clock::Source,
 }
 
 impl Default for Config {
@@ -78,6 +79,7 @@ impl Default for Config {
             oom_ring: 65536,
             fork: ForkMode::Trace,
             signals: true,
+            clock: crate::clock::Source::Auto,
         }
     }
 }
@@ -140,6 +142,11 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_SIGNALS",
         default: "1",
         doc: "`1`: on SIGTERM, SIGINT, SIGABRT, SIGSEGV and SIGBUS the trace is completed (or flushed, when the program handles the signal itself) before the program's own handler or the default action runs. `0` installs no handlers.",
+    },
+    Var {
+        name: "GPUMEMPROF_CLOCK",
+        default: "auto",
+        doc: "How events are stamped: `auto` uses the CPU's time-stamp counter where it is a reliable clock (x86_64, invariant TSC, the kernel's clocksource is `tsc`) and `clock_gettime` otherwise; `monotonic` always uses `clock_gettime`; `tsc` is `auto` by another name. Traces always hold `CLOCK_MONOTONIC` nanoseconds.",
     },
     Var {
         name: "GPUMEMPROF_QUIET",
@@ -270,6 +277,16 @@ impl Config {
                 None => w.push(format!("GPUMEMPROF_SIGNALS={v:?} is not 0 or 1; ignored")),
             }
         }
+        if let Some(v) = get("GPUMEMPROF_CLOCK") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => c.clock = crate::clock::Source::Auto,
+                "tsc" => c.clock = crate::clock::Source::Tsc,
+                "monotonic" => c.clock = crate::clock::Source::Monotonic,
+                _ => w.push(format!(
+                    "GPUMEMPROF_CLOCK={v:?} is not auto, tsc or monotonic; using auto"
+                )),
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_QUIET") {
             match flag(&v) {
                 Some(b) => c.quiet = b,
@@ -292,6 +309,12 @@ impl Config {
             "oom_ring": self.oom_ring,
             "fork": match self.fork { ForkMode::Trace => "trace", ForkMode::Off => "off" },
             "signals": self.signals,
+            "clock": match self.clock {
+                crate::clock::Source::Auto => "auto",
+                crate::clock::Source::Tsc => "tsc",
+                crate::clock::Source::Monotonic => "monotonic",
+            },
+            "stamps": if crate::clock::uses_tsc() { "tsc" } else { "clock_gettime" },
         })
     }
 }
@@ -350,7 +373,9 @@ mod tests {
             ("GPUMEMPROF_OOM_RING", "16"),
             ("GPUMEMPROF_FORK", "off"),
             ("GPUMEMPROF_SIGNALS", "0"),
+            ("GPUMEMPROF_CLOCK", "monotonic"),
         ]);
+        assert_eq!(c.clock, crate::clock::Source::Monotonic);
         assert_eq!(c.nvml_ms, 0);
         assert_eq!(
             (c.mode, c.oom_ring, c.fork, c.signals),

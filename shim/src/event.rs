@@ -20,6 +20,7 @@ pub struct Event {
     pub device: i32,
     pub tid: u32,
     pub result: u32,
+    /// A `clock::now()` stamp (TSC ticks or monotonic ns); the writer converts it.
     pub time_ns: u64,
     /// For `AllocFailed`: the device's free bytes at the failure (0 if unknown).
     pub address: u64,

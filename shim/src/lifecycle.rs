@@ -145,6 +145,8 @@ fn start() -> Option<&'static Pipeline> {
     }
     QUIET.store(cfg.quiet, Ordering::Relaxed);
     FORK_OFF.store(cfg.fork == ForkMode::Off, Ordering::Relaxed);
+    // Before the header (which records the choice) and before any event is stamped.
+    clock::init(cfg.clock);
     let start_ns = clock::now_ns();
     let ph = output::Placeholders::current(env);
     let wanted = output::expand(&cfg.output, &ph);

@@ -90,6 +90,28 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
+    /// The same event with its time replaced (a stamp converted to trace ns).
+    fn retimed(self, t: u64) -> Pending {
+        match self {
+            Pending::Alloc(mut a) => {
+                a.time_ns = t;
+                Pending::Alloc(a)
+            }
+            Pending::Free(mut f) => {
+                f.time_ns = t;
+                Pending::Free(f)
+            }
+            Pending::Failed(mut f) => {
+                f.time_ns = t;
+                Pending::Failed(f)
+            }
+            Pending::Sample(mut m) => {
+                m.time_ns = t;
+                Pending::Sample(m)
+            }
+        }
+    }
+
     fn time(&self) -> u64 {
         match self {
             Pending::Alloc(a) => a.time_ns,
@@ -115,6 +137,8 @@ pub struct WriterCore {
     new_path: Option<String>,
     quiet: bool,
     start_ns: u64,
+    /// Stamps (TSC or ns) to trace nanoseconds.
+    clock: clock::Converter,
     fresh_stacks: Vec<(u64, Box<[u64]>)>,
     pending: Vec<Pending>,
     module_gen: (u64, u64),
@@ -154,6 +178,7 @@ impl WriterCore {
             new_path: None,
             quiet: false,
             start_ns,
+            clock: clock::Converter::new(),
             fresh_stacks: Vec::new(),
             pending: Vec::with_capacity(4096),
             module_gen: (0, 0),
@@ -203,10 +228,10 @@ impl WriterCore {
         }
     }
 
-    /// Queues an event for ordering.
+    /// Queues an event for ordering (its time stays a raw stamp until `emit`).
     fn accept(&mut self, ev: &Event) {
         let stack = ev.stack;
-        let time_ns = ev.time_ns.saturating_sub(self.start_ns);
+        let time_ns = ev.time_ns;
         let p = match ev.kind {
             EventKind::Alloc => Pending::Alloc(Alloc {
                 time_ns,
@@ -257,17 +282,23 @@ impl WriterCore {
         if self.pending.is_empty() {
             return;
         }
-        // Stable: events of one thread keep their program order on equal stamps.
+        // Every pending stamp is older than this anchor: converting interpolates.
+        self.clock.anchor();
+        // Stable: events of one thread keep their program order on equal stamps. The
+        // conversion is monotonic, so stamp order is time order.
         self.pending.sort_by_key(Pending::time);
         let n = match cutoff {
             Some(c) if self.pending.len() < REORDER_MAX => {
-                self.pending.partition_point(|p| p.time() <= c)
+                let (clock, start) = (&self.clock, self.start_ns);
+                self.pending
+                    .partition_point(|p| clock.to_ns(p.time()).saturating_sub(start) <= c)
             }
             _ => self.pending.len(),
         };
         for i in 0..n {
             let p = self.pending[i];
-            self.put(p);
+            let t = self.clock.to_ns(p.time()).saturating_sub(self.start_ns);
+            self.put(p.retimed(t));
         }
         self.pending.drain(..n);
     }
@@ -569,7 +600,7 @@ impl Pipeline {
             if let Some(n) = nvml.as_mut() {
                 let now = clock::now_ns();
                 if now >= next_sample {
-                    n.sample(now.saturating_sub(self.start_ns), &mut samples);
+                    n.sample(clock::now(), &mut samples);
                     next_sample = now + self.nvml_ns;
                 }
             }

@@ -81,7 +81,7 @@ pub(super) fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
         stream,
         pool,
     } = placed;
-    let t = crate::clock::now_ns();
+    let t = crate::clock::now();
     if rc == 0 {
         if addr == 0 {
             return;

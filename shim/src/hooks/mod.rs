@@ -445,7 +445,7 @@ pub fn hooked_free<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R, u64)
     let Some(guard) = Guard::enter() else {
         return call();
     };
-    let t0 = clock::now_ns();
+    let t0 = clock::now();
     let r = call();
     let errno = Errno::save();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| after(r, t0)));

@@ -102,7 +102,7 @@ pub unsafe fn create(
     hooked(
         || real(handle, size, prop, flags),
         |rc| {
-            let t = crate::clock::now_ns();
+            let t = crate::clock::now();
             let dev = if prop.is_null() {
                 device::current(api.family())
             } else {
@@ -146,7 +146,7 @@ pub unsafe fn map(
     hooked(
         || real(ptr, size, offset, handle, flags),
         |rc| {
-            let t = crate::clock::now_ns();
+            let t = crate::clock::now();
             let dev = device::of_handle(api.family(), handle);
             if rc == 0 {
                 if ptr == 0 {
@@ -186,7 +186,7 @@ pub unsafe fn reserve(
     hooked(
         || real(p, size, align, addr, flags),
         |rc| {
-            let t = crate::clock::now_ns();
+            let t = crate::clock::now();
             if rc == 0 {
                 let a = out_u64(p);
                 if a == 0 {
