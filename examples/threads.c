@@ -10,6 +10,11 @@
  * code; then the program checks that cudaMemGetInfo reports as much free memory as before the
  * threads started and prints "threads=T pairs=P ok".
  *
+ * With THREADS_TIMING=1 in the environment it also prints, after that line, the cost of the
+ * threaded phase per pair: "wall_ns_per_pair=W cpu_ns_per_pair=C" (wall time over pairs per
+ * thread; the process's user+system CPU time over all pairs). The benchmark uses it to compare
+ * 8 threads with 1.
+ *
  * Expected numbers: threads*pairs successful cudaMalloc calls and as many successful cudaFree
  * calls (800000 each with the defaults), no failures, nothing live at exit. At most `threads`
  * blocks are live at any moment, so the peak is at most threads * size rounded up to 512.
@@ -18,6 +23,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
 
 static long pairs = 100000;
 static size_t size = 4096;
@@ -74,6 +81,10 @@ int main(int argc, char **argv)
     if (rc != cudaSuccess)
         die("cudaMemGetInfo", rc);
 
+    struct timespec w0, w1;
+    struct rusage r0, r1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    getrusage(RUSAGE_SELF, &r0);
     pthread_t *tids = calloc((size_t)nthreads, sizeof *tids);
     if (!tids) {
         fprintf(stderr, "threads: out of host memory\n");
@@ -88,6 +99,8 @@ int main(int argc, char **argv)
     for (int t = 0; t < nthreads; t++)
         pthread_join(tids[t], NULL);
     free(tids);
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    getrusage(RUSAGE_SELF, &r1);
 
     rc = cudaMemGetInfo(&free_after, NULL);
     if (rc != cudaSuccess)
@@ -98,5 +111,12 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("threads=%d pairs=%ld ok\n", nthreads, pairs);
+    const char *timing = getenv("THREADS_TIMING");
+    if (timing && timing[0] == '1' && pairs > 0) {
+        double wall = (w1.tv_sec - w0.tv_sec) * 1e9 + (w1.tv_nsec - w0.tv_nsec);
+        double cpu = ((r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec)) * 1e9 +
+                     ((r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec)) * 1e3;
+        printf("wall_ns_per_pair=%.1f cpu_ns_per_pair=%.1f\n", wall / pairs, cpu / ((double)pairs * nthreads));
+    }
     return 0;
 }

@@ -14,11 +14,15 @@
 //!   The driver, HIP and NVML are built with hidden visibility and `-Bsymbolic`: only their API
 //!   is exported, and nothing inside them binds to their own exports through the PLT.
 //! * every `tests/programs/*.c` and `examples/*.c` -> `$OUT_DIR/bin/<file stem>`, built the way a
-//!   real application is (debug info, frame pointers, an rpath to the simulators). A source
+//!   real application is (debug info, frame pointers, an rpath to the simulators). A
+//!   `tests/programs/*.cpp` is built the same way by the C++ compiler, with `-lstdc++`; where no
+//!   C++ compiler runs, it is skipped with a warning (its test then has no program to run). A source
 //!   chooses its libraries with a marker `gpumemprof-build: link=<list>`, a comma list of
 //!   `cudart`, `cuda`, `amdhip64`, `nvidia-ml`, `dl` or `none` (default `cudart`;
 //!   `gpumemprof-build: no-cudart` means `link=dl`). A source whose marker also says
-//!   `shared-library` is built with `-shared -fPIC` as `$OUT_DIR/bin/lib<stem>.so`.
+//!   `shared-library` is built with `-shared -fPIC` as `$OUT_DIR/bin/lib<stem>.so`; one that
+//!   says `cflags=<comma list>` gets those compiler flags after the usual ones (so
+//!   `cflags=-O2,-fomit-frame-pointer` builds it the way a release build of a library is).
 //!
 //! Libraries compile side by side, then programs side by side.
 //! `GPUMEMPROF_TEST_OUT=$OUT_DIR` is passed to the crate so `support.rs` can find them.
@@ -90,7 +94,7 @@ const SIM_LIBRARIES: &[SimLibrary] = &[
     },
 ];
 
-/// Folders (relative to the repository root) whose every `.c` file is one program.
+/// Folders (relative to the repository root) whose every `.c` (or `.cpp`) file is one program.
 const PROGRAM_DIRS: &[&str] = &["tests/programs", "examples"];
 /// The marker a program's source uses to choose how it is built.
 const BUILD_MARKER: &str = "gpumemprof-build:";
@@ -134,12 +138,21 @@ fn main() {
         panic!("\n{}", failures.join("\n\n"));
     }
 
-    let programs = list_programs(&repo_root);
+    let mut programs = list_programs(&repo_root);
+    let cxx = cc::Build::new().cpp(true).get_compiler();
+    if programs.iter().any(|p| is_cpp(p)) && !runs(&cxx) {
+        println!(
+            "cargo:warning=no C++ compiler runs ({}): the tests/programs/*.cpp programs are not built",
+            cxx.path().display()
+        );
+        programs.retain(|p| !is_cpp(p));
+    }
     for source in &programs {
         println!("cargo:rerun-if-changed={}", source.display());
     }
     let failures = in_parallel(&programs, |source| {
-        build_program(&compiler, &crate_dir, &sim_dir, &bin_dir, source)
+        let compiler = if is_cpp(source) { &cxx } else { &compiler };
+        build_program(compiler, &crate_dir, &sim_dir, &bin_dir, source)
     });
     if !failures.is_empty() {
         panic!("\n{}", failures.join("\n\n"));
@@ -214,6 +227,8 @@ struct BuildSpec {
     libs: Vec<&'static str>,
     /// Whether it needs `-L`/rpath to the simulators (everything but `none`).
     sim_path: bool,
+    /// Extra compiler flags (`cflags=`), after PROGRAM_FLAGS so they override them.
+    cflags: Vec<String>,
 }
 
 /// Reads every `gpumemprof-build:` marker of a source: its words up to the first that is not a
@@ -223,6 +238,7 @@ fn build_spec(text: &str) -> Result<BuildSpec, String> {
         shared_library: false,
         libs: vec!["-lcudart"],
         sim_path: true,
+        cflags: Vec::new(),
     };
     for line in text.lines() {
         let Some((_, rest)) = line.split_once(BUILD_MARKER) else {
@@ -231,6 +247,9 @@ fn build_spec(text: &str) -> Result<BuildSpec, String> {
         for word in rest.split_whitespace() {
             if word == "shared-library" {
                 spec.shared_library = true;
+            } else if let Some(list) = word.strip_prefix("cflags=") {
+                spec.cflags
+                    .extend(list.split(',').filter(|f| !f.is_empty()).map(String::from));
             } else if word == "no-cudart" {
                 spec.libs = vec!["-ldl"];
             } else if let Some(list) = word.strip_prefix("link=") {
@@ -273,13 +292,14 @@ fn build_program(
     let what = source.display().to_string();
     let stem = source
         .file_stem()
-        .expect("a .c file has a stem")
+        .expect("a program source has a stem")
         .to_string_lossy();
     let text = fs::read_to_string(source).map_err(|e| format!("{what}: {e}"))?;
     let spec = build_spec(&text).map_err(|e| format!("{what}: {e}"))?;
 
     let mut args: Vec<OsString> = Vec::new();
     args.extend(PROGRAM_FLAGS.iter().chain(WARNINGS).map(OsString::from));
+    args.extend(spec.cflags.iter().map(OsString::from));
     let output = if spec.shared_library {
         args.push("-shared".into());
         args.push("-fPIC".into());
@@ -301,7 +321,23 @@ fn build_program(
         args.push(rpath);
     }
     args.extend(spec.libs.iter().map(OsString::from));
+    if is_cpp(source) {
+        args.push("-lstdc++".into());
+    }
     compile(compiler, &args, &what)
+}
+
+fn is_cpp(source: &Path) -> bool {
+    source.extension().is_some_and(|ext| ext == "cpp")
+}
+
+/// Whether `compiler --version` runs and succeeds.
+fn runs(compiler: &cc::Tool) -> bool {
+    Command::new(compiler.path())
+        .envs(compiler.get_envs())
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn include_flag(crate_dir: &Path) -> OsString {
@@ -329,7 +365,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Every `.c` file of PROGRAM_DIRS, sorted; two programs may not share a file stem.
+/// Every `.c` and `.cpp` file of PROGRAM_DIRS, sorted; two programs may not share a file stem.
 fn list_programs(repo_root: &Path) -> Vec<PathBuf> {
     let mut programs = Vec::new();
     for dir in PROGRAM_DIRS {
@@ -340,7 +376,10 @@ fn list_programs(repo_root: &Path) -> Vec<PathBuf> {
             let path = entry
                 .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
                 .path();
-            if path.extension().is_some_and(|ext| ext == "c") {
+            if path
+                .extension()
+                .is_some_and(|ext| ext == "c" || ext == "cpp")
+            {
                 programs.push(path);
             }
         }

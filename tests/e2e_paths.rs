@@ -63,7 +63,10 @@ fn tally(trace: &Path) -> (Tally, Vec<Record>) {
 }
 
 fn map<V: Clone>(pairs: &[(&str, V)]) -> BTreeMap<String, V> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
 }
 
 fn ok(run: &Run) {
@@ -119,14 +122,20 @@ fn a_program_linked_to_the_driver_is_seen_call_by_call() {
         .unwrap();
     assert_eq!((failure.result, failure.device), (2, 0));
     assert_eq!(failure.mem_total, 16 * GIB);
-    assert!(failure.mem_free < 16 * GIB && failure.mem_free > 15 * GIB, "{failure:?}");
-    let async_free = records.iter().any(|r| {
-        matches!(r, Record::Free(f) if f.flags & FREE_STREAM_ORDERED != 0 && f.stream != 0)
-    });
-    assert!(async_free, "cuMemFreeAsync is recorded stream-ordered with its stream");
-    let pool_alloc = records.iter().any(|r| {
-        matches!(r, Record::Alloc(a) if a.pool == 0x1000 && a.size == 5 * MIB && a.device == 0)
-    });
+    assert!(
+        failure.mem_free < 16 * GIB && failure.mem_free > 15 * GIB,
+        "{failure:?}"
+    );
+    let async_free = records.iter().any(
+        |r| matches!(r, Record::Free(f) if f.flags & FREE_STREAM_ORDERED != 0 && f.stream != 0),
+    );
+    assert!(
+        async_free,
+        "cuMemFreeAsync is recorded stream-ordered with its stream"
+    );
+    let pool_alloc = records.iter().any(
+        |r| matches!(r, Record::Alloc(a) if a.pool == 0x1000 && a.size == 5 * MIB && a.device == 0),
+    );
     assert!(pool_alloc, "the pool allocation carries its pool");
 
     let s = report("summary", &run.trace, &[]);
@@ -158,7 +167,10 @@ fn the_static_cudart_way_through_the_resolver_is_seen_and_errors_pass_through() 
     let (t, _) = tally(&run.trace);
     assert_eq!(
         t.allocs,
-        map(&[("cuMemAlloc_v2", (1, 7 * MIB)), ("cuMemAllocAsync", (1, 9 * MIB))])
+        map(&[
+            ("cuMemAlloc_v2", (1, 7 * MIB)),
+            ("cuMemAllocAsync", (1, 9 * MIB))
+        ])
     );
     assert_eq!(t.frees, map(&[("cuMemFree_v2", 1)]));
     let s = report("summary", &run.trace, &[]);
@@ -215,7 +227,10 @@ fn expandable_segments_count_mapped_memory_once_with_exact_peak_and_live_bytes()
     assert_eq!(device["allocations"], 5);
     assert_eq!(device["frees"], 2);
     assert_eq!(row(&s, 0, "vmm_handle")["live_bytes_at_end"], 6 * MIB);
-    assert_eq!(row(&s, -1, "address_reservation")["live_bytes_at_end"], 64 * MIB);
+    assert_eq!(
+        row(&s, -1, "address_reservation")["live_bytes_at_end"],
+        64 * MIB
+    );
     // Handles and the reservation are not memory: totals are the mappings alone.
     assert_eq!(s["totals"]["peak_bytes"], 8 * MIB);
     assert_eq!(s["totals"]["live_bytes_at_end"], 6 * MIB);
@@ -257,13 +272,20 @@ fn python_ctypes_calls_into_the_runtime_are_seen() {
 fn a_second_preloaded_library_still_finds_its_next_function() {
     let second = shared_library("second_preload");
     for (label, order) in [
-        ("shim_first", format!("{}:{}", shim_path().display(), second.display())),
-        ("second_first", format!("{}:{}", second.display(), shim_path().display())),
+        (
+            "shim_first",
+            format!("{}:{}", shim_path().display(), second.display()),
+        ),
+        (
+            "second_first",
+            format!("{}:{}", second.display(), shim_path().display()),
+        ),
     ] {
         let dir = scratch(&format!("paths_second_{label}"));
         let trace = dir.join("t.trace");
         let mut cmd = gpumemprof_tests::program_command("cudart_once");
-        cmd.env("LD_PRELOAD", &order).env("GPUMEMPROF_OUTPUT", &trace);
+        cmd.env("LD_PRELOAD", &order)
+            .env("GPUMEMPROF_OUTPUT", &trace);
         let output = cmd.output().expect("run");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(0), "{label}: {stderr}");

@@ -116,3 +116,30 @@ pub fn without_shim_lines(stderr: &str) -> String {
         .map(|l| format!("{l}\n"))
         .collect()
 }
+
+/// Every record of a trace that may end inside a block (its process was killed while
+/// writing), and whether it did: like [`decode`], which reads such a trace up to its last
+/// complete block without saying so. Panics on any other read error.
+pub fn decode_cut(trace: &Path) -> (serde_json::Value, Vec<Record>, bool) {
+    let mut r = open_path(trace).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+    let header = r.header().clone();
+    let mut records = Vec::new();
+    while let Some(rec) = r
+        .next_record()
+        .unwrap_or_else(|e| panic!("{}: {e}", trace.display()))
+    {
+        records.push(rec);
+    }
+    (header, records, r.truncated())
+}
+
+/// The `*.trace` files of `dir`, sorted.
+pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("read a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+        .collect();
+    traces.sort();
+    traces
+}

@@ -2,17 +2,16 @@
 //! report, writes text or JSON to stdout, and maps every failure to one stderr line and
 //! an exit code from `error::Exit`.
 
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use gpumemprof_format::TraceReader;
 use serde::Serialize;
 
+use crate::cmd::common::{self, gate, size_arg};
 use crate::error::{Error, Exit};
-use crate::replay::{self, Loaded};
+use crate::replay::Loaded;
 use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
 use crate::symbolize::Symbolizer;
 
@@ -20,6 +19,9 @@ use crate::symbolize::Symbolizer;
 #[derive(Debug, Parser)]
 #[command(name = "gpumemprof", version)]
 struct Cli {
+    /// No warnings and no progress bar (errors, gate and findings lines still print).
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -30,6 +32,9 @@ enum Command {
     Summary {
         #[command(flatten)]
         input: Input,
+        /// Exit 4 if the peak of all memory (totals.peak_bytes) exceeds SIZE (e.g. 512MiB).
+        #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+        max_peak: Option<u64>,
     },
     /// The moment of peak memory per device and kind, and the call sites holding it.
     Peak {
@@ -40,6 +45,9 @@ enum Command {
         top: usize,
         #[command(flatten)]
         frames: Frames,
+        /// Exit 4 if the peak of all memory (summary's totals.peak_bytes) exceeds SIZE.
+        #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+        max_peak: Option<u64>,
     },
     /// Allocations still live when the trace ended, grouped by call site and kind.
     Leaks {
@@ -50,7 +58,40 @@ enum Command {
         top: usize,
         #[command(flatten)]
         frames: Frames,
+        /// Exit 4 if the bytes live at the end (total_bytes) exceed SIZE (e.g. 0, 16MiB).
+        #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+        max_leaked: Option<u64>,
     },
+    /// Why an allocation failed with out-of-memory: what asked, the device's free memory,
+    /// what was live and which call sites held it, what grew before it, and a verdict.
+    Oom(crate::cmd::oom::Args),
+    /// Flamegraph (SVG) of live memory by call stack: at the peak, the end (--leaks), an
+    /// out-of-memory failure (--oom) or a time (--at).
+    Flamegraph(crate::cmd::flamegraph::Args),
+    /// Live memory over time per device and kind, with NVML samples and out-of-memory
+    /// failures, as SVG or PNG.
+    Timeline(crate::cmd::timeline::Args),
+    /// One self-contained HTML file: summary, timeline, flamegraph, peak sites, leaks, OOMs.
+    Report(crate::cmd::report::Args),
+    /// The trace for other tools: --format chrome (Perfetto), folded (speedscope), csv,
+    /// telemetry (the older gpumemprof's TelemetryEvent v2 JSON lines).
+    Export(crate::cmd::export::Args),
+    /// What changed between two traces, per call site: bytes at the peak and live at the
+    /// end; new and gone sites.
+    Diff(crate::cmd::diff::Args),
+    /// One report: summary, leak heuristics, fragmentation signs and recommendations.
+    Analyze(crate::cmd::analyze::Args),
+    /// This machine's NVIDIA driver and devices (NVML); with TRACE, the trace's header and
+    /// the APIs it saw.
+    Info(crate::cmd::info::Args),
+    /// Follows a trace being written: device memory now and at its peak, top sites,
+    /// alerts; refreshes until the process exits (--once: one look).
+    Monitor(crate::cmd::monitor::Args),
+    /// Device memory against warning/critical thresholds (percent of the device), with
+    /// alerts, on a finished trace or one being written.
+    Track(crate::cmd::track::Args),
+    /// A bundle folder: the trace, every report as JSON, environment.json, manifest.json.
+    Diagnose(crate::cmd::diagnose::Args),
 }
 
 #[derive(Debug, Args)]
@@ -73,14 +114,20 @@ struct Frames {
 pub fn run() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
     let cli = Cli::parse();
-    match execute(&cli) {
+    crate::term::set_quiet(cli.quiet);
+    crate::term::catch_interrupt();
+    let mut result = execute(&cli);
+    if crate::term::interrupted() && !matches!(result, Err(Error::Gate(_) | Error::Findings(_))) {
+        result = Err(Error::Interrupted);
+    }
+    match result {
         Ok(()) => ExitCode::from(Exit::Ok.code()),
         // `gpumemprof ... | head` closing the pipe is not a failure.
         Err(Error::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
             ExitCode::from(Exit::Ok.code())
         }
         Err(e) => {
-            eprintln!("gpumemprof: error: {e}");
+            crate::term::report_failure(&e);
             ExitCode::from(e.exit().code())
         }
     }
@@ -88,68 +135,65 @@ pub fn run() -> ExitCode {
 
 fn execute(cli: &Cli) -> Result<(), Error> {
     match &cli.command {
-        Command::Summary { input } => {
+        Command::Summary { input, max_peak } => {
             let loaded = load(&input.trace)?;
             let report = summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
-            emit(input.json, &report, summary::write_text)
+            emit(input.json, &report, summary::write_text)?;
+            gate("peak", report.totals.peak_bytes, "--max-peak", *max_peak)
         }
-        Command::Peak { input, top, frames } => {
+        Command::Peak {
+            input,
+            top,
+            frames,
+            max_peak,
+        } => {
             let loaded = load(&input.trace)?;
             let r = &loaded.replayed;
             let mut sym = Symbolizer::new(&r.modules, &r.stacks);
             let trace = TraceInfo::new(&input.trace, &loaded);
             let report = peak::build(trace, r, &mut sym, *top, frames.frames);
             warn_all(sym.take_warnings());
-            emit(input.json, &report, peak::write_text)
+            emit(input.json, &report, peak::write_text)?;
+            gate("peak", r.totals.peak_bytes, "--max-peak", *max_peak)
         }
-        Command::Leaks { input, top, frames } => {
+        Command::Leaks {
+            input,
+            top,
+            frames,
+            max_leaked,
+        } => {
             let loaded = load(&input.trace)?;
             let r = &loaded.replayed;
             let mut sym = Symbolizer::new(&r.modules, &r.stacks);
             let trace = TraceInfo::new(&input.trace, &loaded);
             let report = leaks::build(trace, r, &mut sym, *top, frames.frames);
             warn_all(sym.take_warnings());
-            emit(input.json, &report, leaks::write_text)
+            emit(input.json, &report, leaks::write_text)?;
+            gate("leaked", report.total_bytes, "--max-leaked", *max_leaked)
         }
+        Command::Oom(args) => crate::cmd::oom::run(args),
+        Command::Flamegraph(args) => crate::cmd::flamegraph::run(args),
+        Command::Timeline(args) => crate::cmd::timeline::run(args),
+        Command::Report(args) => crate::cmd::report::run(args),
+        Command::Export(args) => crate::cmd::export::run(args),
+        Command::Diff(args) => crate::cmd::diff::run(args),
+        Command::Analyze(args) => crate::cmd::analyze::run(args),
+        Command::Info(args) => crate::cmd::info::run(args),
+        Command::Monitor(args) => crate::cmd::monitor::run_args(args),
+        Command::Track(args) => crate::cmd::track::run_args(args),
+        Command::Diagnose(args) => crate::cmd::diagnose::run_args(args),
     }
 }
 
-/// Opens and replays the whole trace. A truncated trace is not an error: it is reported
-/// from its complete blocks, with one warning.
+/// Opens and replays the whole trace (progress bar, Ctrl-C). A truncated trace is not
+/// an error: it is reported from its complete blocks, with one warning.
 fn load(path: &Path) -> Result<Loaded, Error> {
-    let file = File::open(path).map_err(|source| Error::Open {
-        path: path.to_owned(),
-        source,
-    })?;
-    let read_error = |source| Error::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let reader = TraceReader::open(BufReader::new(file)).map_err(read_error)?;
-    let loaded = replay::replay(reader).map_err(read_error)?;
-    if loaded.truncated {
-        let blocks = if loaded.blocks == 1 {
-            "block"
-        } else {
-            "blocks"
-        };
-        warn(&format!(
-            "{}: the trace ends inside a block (the process was probably killed); \
-             reporting the {} complete {blocks}",
-            path.display(),
-            loaded.blocks
-        ));
-    }
-    Ok(loaded)
-}
-
-fn warn(message: &str) {
-    eprintln!("gpumemprof: warning: {message}");
+    common::load(path)
 }
 
 fn warn_all(messages: Vec<String>) {
     for m in messages {
-        warn(&m);
+        crate::term::warn(&m);
     }
 }
 
@@ -159,14 +203,5 @@ fn emit<T: Serialize>(
     report: &T,
     text: fn(&T, &mut dyn Write) -> io::Result<()>,
 ) -> Result<(), Error> {
-    let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let written = if json {
-        serde_json::to_writer_pretty(&mut out, report)
-            .map_err(io::Error::from)
-            .and_then(|()| writeln!(out))
-    } else {
-        text(report, &mut out)
-    };
-    written.and_then(|()| out.flush()).map_err(Error::Output)
+    common::emit(json, report, text)
 }

@@ -16,14 +16,15 @@ pub enum Exit {
     Error = 1,
     /// Bad command line (clap's own exit status).
     Usage = 2,
-    /// Reserved: a check command found problems (e.g. leaks above a threshold).
+    /// A command asked to report findings as failure found some (`analyze
+    /// --fail-on-findings`, `track --fail-on-alerts`).
     Findings = 3,
-    /// Reserved: a CI gate (budget) failed.
+    /// A CI gate (budget) failed: `--max-peak`, `--max-leaked`.
     GateFailed = 4,
     /// The file is not a valid trace: not a trace, header cut short, a newer format
     /// version, or a corrupt block.
     InvalidInput = 5,
-    /// Reserved: interrupted by SIGINT.
+    /// Interrupted by SIGINT (Ctrl-C).
     Interrupted = 130,
 }
 
@@ -42,12 +43,29 @@ pub enum Error {
     Read { path: PathBuf, source: ReadError },
     /// Writing the report failed (other than a closed pipe, which is not an error).
     Output(io::Error),
+    /// Reading or writing a file other than the trace failed (`what` names the file and
+    /// the action, e.g. "writing bundle/manifest.json").
+    File { what: String, source: io::Error },
+    /// The command cannot go on; the message says why and what to do (an output that
+    /// would be overwritten, a process without a trace, ...).
+    Failed(String),
+    /// A gate was exceeded; the message names the value and the limit.
+    Gate(String),
+    /// Findings reported as failure, as asked; the message counts them.
+    Findings(String),
+    /// Ctrl-C.
+    Interrupted,
 }
 
 impl Error {
     pub fn exit(&self) -> Exit {
         match self {
-            Error::Open { .. } | Error::Output(_) => Exit::Error,
+            Error::Open { .. } | Error::Output(_) | Error::File { .. } | Error::Failed(_) => {
+                Exit::Error
+            }
+            Error::Gate(_) => Exit::GateFailed,
+            Error::Findings(_) => Exit::Findings,
+            Error::Interrupted => Exit::Interrupted,
             // An I/O failure while reading is the file's situation, not its content.
             Error::Read {
                 source: ReadError::Io(_),
@@ -64,6 +82,21 @@ impl fmt::Display for Error {
             Error::Open { path, source } => write!(f, "{}: {source}", path.display()),
             Error::Read { path, source } => write!(f, "{}: {source}", path.display()),
             Error::Output(e) => write!(f, "writing the report: {e}"),
+            Error::File { what, source } => write!(f, "{what}: {source}"),
+            Error::Failed(m) | Error::Gate(m) | Error::Findings(m) => f.write_str(m),
+            Error::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+
+impl Error {
+    /// The word after `gpumemprof:` on the one stderr line this failure prints.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::Gate(_) => "gate failed",
+            Error::Findings(_) => "findings",
+            Error::Interrupted => "interrupted",
+            _ => "error",
         }
     }
 }

@@ -24,6 +24,8 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::io::Read;
 
+use crate::fasthash::FastMap;
+
 use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, ReadError, Record, Sample, TraceReader, FREE_RANGE,
 };
@@ -143,7 +145,8 @@ pub struct NvmlDevice {
     /// `CUDA_VISIBLE_DEVICES` or `CUDA_DEVICE_ORDER` reorder devices).
     pub device: i32,
     pub samples: u64,
-    /// The sample where NVML saw this process use the most memory on the device.
+    /// The sample where NVML saw this process use the most memory on the device (of
+    /// several at that value, the one where the hooks tracked the most).
     pub peak: Sample,
     /// Device bytes the hooks tracked as live on that device at `peak`'s time.
     pub tracked_at_peak: u64,
@@ -187,18 +190,63 @@ pub struct Replayed {
     pub pipeline: Pipeline,
 }
 
+/// A change to live memory made by one record, as `Replay::record_changes` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveChange {
+    /// An allocation became live.
+    Added(LiveAlloc),
+    /// A live allocation was released.
+    Released(LiveAlloc),
+}
+
 /// Live allocations at one address: almost always one. Several only around address
 /// reuse whose events arrived out of order from different threads.
 #[derive(Debug)]
 enum Slot {
-    One(LiveAlloc),
+    One(Held),
     Many(Vec<LiveAlloc>),
+}
+
+/// A live allocation as its address's slot keeps it: `LiveAlloc` less the address, which
+/// is the key. A slot is 32 bytes (the variant tag fits in `kind`'s spare values), a map
+/// entry 40: the analyzer's memory is mostly these (see README, "Limits").
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    time_ns: u64,
+    size: u64,
+    stack: u64,
+    device: i32,
+    kind: MemKind,
+}
+
+impl Held {
+    fn of(a: &LiveAlloc) -> Held {
+        Held {
+            time_ns: a.time_ns,
+            size: a.size,
+            stack: a.stack,
+            device: a.device,
+            kind: a.kind,
+        }
+    }
+
+    fn at(self, address: u64) -> LiveAlloc {
+        LiveAlloc {
+            address,
+            time_ns: self.time_ns,
+            size: self.size,
+            stack: self.stack,
+            device: self.device,
+            kind: self.kind,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct RowState {
     counters: Counters,
-    live_by_stack: HashMap<u64, Site>,
+    /// Live bytes and allocations per stack (a `Site` less its stack, which is the key).
+    live_by_stack: FastMap<u64, (u64, u64)>,
     /// An allocation made a new high-water mark and no free has followed yet.
     peak_pending: bool,
     peak_sites: Vec<Site>,
@@ -207,7 +255,13 @@ struct RowState {
 impl RowState {
     fn snapshot_peak(&mut self) {
         self.peak_sites.clear();
-        self.peak_sites.extend(self.live_by_stack.values().copied());
+        let sites = self.live_by_stack.iter();
+        self.peak_sites
+            .extend(sites.map(|(&stack, &(bytes, count))| Site {
+                stack,
+                bytes,
+                count,
+            }));
         self.peak_pending = false;
     }
 }
@@ -216,17 +270,24 @@ impl RowState {
 #[derive(Debug, Default)]
 pub struct Replay {
     /// Per address space (`MemKind::space`): memory, reservations, VMM handles.
-    live: [HashMap<u64, Slot>; 3],
+    live: [FastMap<u64, Slot>; 3],
     /// A handful of rows at most: a linear scan beats hashing the key on every event.
     rows: Vec<((i32, MemKind), RowState)>,
     totals: Counters,
     unknown_frees: u64,
     failed_frees: u64,
     failures: Vec<FailedAlloc>,
-    stacks: HashMap<u64, StackInfo>,
+    /// The fast hasher while replaying; `Replayed` gets a std map.
+    stacks: FastMap<u64, StackInfo>,
+    /// Stacks defined but not used yet: the only ones an event can set `first_use_ns` of.
+    /// Almost always empty (the shim defines a stack just before its first use), so most
+    /// events skip looking their stack up in `stacks`.
+    unused_stacks: FastMap<u64, ()>,
     modules: Vec<Module>,
     pipeline: Pipeline,
     nvml: Vec<NvmlDevice>,
+    /// Set only inside `record_changes`: where `alloc` and `release` report changes.
+    journal: Option<Vec<LiveChange>>,
 }
 
 impl Replay {
@@ -234,7 +295,31 @@ impl Replay {
         Self::default()
     }
 
+    /// `record`, also appending to `changes` every allocation the record made live or
+    /// released, in order (one range free can release several). Views that follow live
+    /// memory over time (timeline, flamegraph at a moment) use it instead of matching
+    /// frees to allocations a second way.
+    pub fn record_changes(&mut self, record: Record, changes: &mut Vec<LiveChange>) {
+        self.journal = Some(std::mem::take(changes));
+        self.record(record);
+        *changes = self.journal.take().unwrap_or_default();
+    }
+
+    /// Applies one record.
+    // Inlined into the reading loop, so an alloc or a free is read where the reader put
+    // it: copying the record into a call's argument stalled on store forwarding.
+    #[inline]
     pub fn record(&mut self, record: Record) {
+        match record {
+            Record::Alloc(a) => self.alloc(&a),
+            Record::Free(f) => self.free(&f),
+            other => self.record_other(other),
+        }
+    }
+
+    /// Every record but allocs and frees.
+    #[inline(never)]
+    fn record_other(&mut self, record: Record) {
         match record {
             Record::Alloc(a) => self.alloc(&a),
             Record::Free(f) => self.free(&f),
@@ -242,6 +327,9 @@ impl Replay {
             Record::Stack { id, frames } => {
                 // A redefinition (should not happen) keeps the first use time.
                 let first_use_ns = self.stacks.get(&id).and_then(|s| s.first_use_ns);
+                if first_use_ns.is_none() && id != 0 {
+                    self.unused_stacks.insert(id, ());
+                }
                 self.stacks.insert(
                     id,
                     StackInfo {
@@ -272,12 +360,13 @@ impl Replay {
         self.pipeline.duration_ns = self.pipeline.duration_ns.max(time_ns);
     }
 
+    #[inline]
     fn used_stack(&mut self, stack: u64, time_ns: u64) {
-        if stack == 0 {
+        if stack == 0 || self.unused_stacks.is_empty() {
             return;
         }
-        if let Some(info) = self.stacks.get_mut(&stack) {
-            if info.first_use_ns.is_none() {
+        if self.unused_stacks.remove(&stack).is_some() {
+            if let Some(info) = self.stacks.get_mut(&stack) {
                 info.first_use_ns = Some(time_ns);
             }
         }
@@ -295,6 +384,7 @@ impl Replay {
         &mut self.rows[index].1
     }
 
+    #[inline(never)]
     fn alloc(&mut self, a: &Alloc) {
         self.saw_time(a.time_ns);
         // A successful zero-byte request returns a null pointer that is never freed:
@@ -311,14 +401,17 @@ impl Replay {
             device: a.device,
             kind: a.kind,
         };
+        if let Some(journal) = self.journal.as_mut() {
+            journal.push(LiveChange::Added(live));
+        }
         match self.live[a.kind.space()].entry(a.address) {
             Entry::Vacant(e) => {
-                e.insert(Slot::One(live));
+                e.insert(Slot::One(Held::of(&live)));
             }
             Entry::Occupied(mut e) => {
                 let slot = e.get_mut();
                 match slot {
-                    Slot::One(first) => *slot = Slot::Many(vec![*first, live]),
+                    Slot::One(first) => *slot = Slot::Many(vec![first.at(a.address), live]),
                     Slot::Many(all) => all.push(live),
                 }
             }
@@ -327,15 +420,15 @@ impl Replay {
         if row.counters.add(a.size, a.time_ns) {
             row.peak_pending = true;
         }
-        let site = row.live_by_stack.entry(a.stack).or_default();
-        site.stack = a.stack;
-        site.bytes = site.bytes.saturating_add(a.size);
-        site.count += 1;
+        let (bytes, count) = row.live_by_stack.entry(a.stack).or_default();
+        *bytes = bytes.saturating_add(a.size);
+        *count += 1;
         if a.kind.is_memory() {
             self.totals.add(a.size, a.time_ns);
         }
     }
 
+    #[inline(never)]
     fn free(&mut self, f: &Free) {
         self.saw_time(f.time_ns);
         // cudaFree(0) is the idiom to create the context; it frees nothing.
@@ -376,6 +469,9 @@ impl Replay {
 
     /// Applies the release of a live allocation to its row and the totals.
     fn release(&mut self, freed: LiveAlloc) {
+        if let Some(journal) = self.journal.as_mut() {
+            journal.push(LiveChange::Released(freed));
+        }
         let row = self.row(freed.device, freed.kind);
         if row.peak_pending {
             // Before applying the free: the state now is the state at the peak.
@@ -383,10 +479,10 @@ impl Replay {
         }
         row.counters.remove(freed.size);
         if let Entry::Occupied(mut e) = row.live_by_stack.entry(freed.stack) {
-            let site = e.get_mut();
-            site.bytes = site.bytes.saturating_sub(freed.size);
-            site.count = site.count.saturating_sub(1);
-            if site.count == 0 {
+            let (bytes, count) = e.get_mut();
+            *bytes = bytes.saturating_sub(freed.size);
+            *count = count.saturating_sub(1);
+            if *count == 0 {
                 e.remove();
             }
         }
@@ -414,8 +510,13 @@ impl Replay {
         };
         let d = &mut self.nvml[index];
         d.samples += 1;
-        // Strictly greater: the first sample at the peak is kept.
-        if d.samples == 1 || m.process_used > d.peak.process_used {
+        // Of the samples at the peak value, keep the one where the hooks tracked the
+        // most: a sample NVML took between an allocation and its event's stamp sees the
+        // memory before the hooks do, and would count it as untracked.
+        if d.samples == 1
+            || m.process_used > d.peak.process_used
+            || (m.process_used == d.peak.process_used && tracked > d.tracked_at_peak)
+        {
             d.peak = *m;
             d.tracked_at_peak = tracked;
         }
@@ -432,7 +533,7 @@ impl Replay {
         };
         let all = match e.get_mut() {
             Slot::One(only) => {
-                let only = *only;
+                let only = only.at(address);
                 e.remove();
                 return Some(only);
             }
@@ -457,7 +558,7 @@ impl Replay {
                 e.remove();
             }
             [last] => {
-                let last = *last;
+                let last = Held::of(last);
                 *e.get_mut() = Slot::One(last);
             }
             _ => {}
@@ -500,10 +601,10 @@ impl Replay {
             })
             .collect();
         rows.sort_by_key(|r| (r.device, r.kind));
-        let mut live = Vec::new();
-        for slot in self.live.into_iter().flat_map(|m| m.into_values()) {
+        let mut live = Vec::with_capacity(self.live.iter().map(|m| m.len()).sum());
+        for (address, slot) in self.live.into_iter().flatten() {
             match slot {
-                Slot::One(a) => live.push(a),
+                Slot::One(a) => live.push(a.at(address)),
                 Slot::Many(all) => live.extend(all),
             }
         }
@@ -514,7 +615,7 @@ impl Replay {
             failed_frees: self.failed_frees,
             failures: self.failures,
             live,
-            stacks: self.stacks,
+            stacks: self.stacks.into_iter().collect(),
             modules: self.modules,
             pipeline: self.pipeline,
             nvml: {
@@ -540,8 +641,18 @@ pub struct Loaded {
 /// Streams every record of `reader` through a `Replay`.
 pub fn replay<R: Read>(mut reader: TraceReader<R>) -> Result<Loaded, ReadError> {
     let mut replay = Replay::new();
-    while let Some(record) = reader.next_record()? {
-        replay.record(record);
+    loop {
+        let next = reader.next_record();
+        // Allocs and frees are applied where the reader put them: moving the record out
+        // first copied it, and the copy stalled on store forwarding (BENCHMARKS.md).
+        match &next {
+            Ok(Some(Record::Alloc(a))) => replay.alloc(a),
+            Ok(Some(Record::Free(f))) => replay.free(f),
+            _ => match next? {
+                Some(record) => replay.record(record),
+                None => break,
+            },
+        }
     }
     Ok(Loaded {
         header: reader.header().clone(),
@@ -604,6 +715,13 @@ mod tests {
     }
 
     const D: MemKind = MemKind::Device;
+
+    /// The per-allocation memory the README states.
+    #[test]
+    fn a_live_allocation_slot_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+        assert_eq!(std::mem::size_of::<(u64, Slot)>(), 40);
+    }
 
     #[test]
     fn counts_allocations_frees_and_live_bytes() {
@@ -902,6 +1020,8 @@ mod tests {
         };
         let r = run(vec![
             sample(1, 64),
+            // NVML already sees the 100 bytes whose allocation is stamped at 2.
+            sample(2, 164),
             alloc(2, 0, D, 0x1000, 100, 1),
             alloc(3, 0, MemKind::Managed, 0x9000, 50, 1),
             sample(4, 164),
@@ -910,7 +1030,7 @@ mod tests {
         ]);
         assert_eq!(r.nvml.len(), 1);
         let d = r.nvml[0];
-        assert_eq!(d.samples, 3);
+        assert_eq!(d.samples, 4);
         assert_eq!((d.peak.time_ns, d.peak.process_used), (4, 164));
         assert_eq!((d.tracked_at_peak, d.untracked_at_peak()), (100, 64));
         assert_eq!(

@@ -195,7 +195,7 @@ impl<'a> Symbolizer<'a> {
         let mut latest: Option<(usize, u64)> = None;
         let mut latest_before: Option<(usize, u64)> = None;
         // `>=`: of records with equal times, the later one in the trace wins.
-        let later = |best: Option<(usize, u64)>, time: u64| best.map_or(true, |(_, t)| time >= t);
+        let later = |best: Option<(usize, u64)>, time: u64| best.is_none_or(|(_, t)| time >= t);
         for (i, m) in self.modules.iter().enumerate() {
             if !(m.start <= address && address < m.end) {
                 continue;

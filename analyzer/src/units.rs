@@ -53,9 +53,82 @@ pub fn device(d: i32) -> String {
     }
 }
 
+/// Parses a size given on the command line: plain bytes (`1048576`), or a number (a
+/// decimal fraction allowed) with a unit: `B`; `KB`, `MB`, `GB`, `TB` (powers of 1000);
+/// `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024). Units are case-insensitive and may follow
+/// a space. A fraction of a byte is dropped (`1.5KB` is 1500, `0.3B` is 0).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    let multiplier: u128 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)"
+            ))
+        }
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits_ok = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits_ok(whole) || !digits_ok(fraction) {
+        return Err(format!(
+            "{text:?} is not a size (examples: 1048576, 512MiB, 2GB, 1.5GiB)"
+        ));
+    }
+    let too_large = || format!("{text:?} is too large");
+    // Fractions are exact up to 18 digits: sizes are integers, rounding is downwards.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| too_large())?
+    };
+    let mut bytes = whole.checked_mul(multiplier).ok_or_else(too_large)?;
+    if !fraction.is_empty() {
+        let f: u128 = fraction.parse().map_err(|_| too_large())?;
+        bytes += f * multiplier / 10u128.pow(fraction.len() as u32);
+    }
+    u64::try_from(bytes).map_err(|_| too_large())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_in_every_unit() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("512 mib"), Ok(512 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("1.5KB"), Ok(1500));
+        assert_eq!(parse_size(".5KiB"), Ok(512));
+        assert_eq!(parse_size("7B"), Ok(7));
+        assert_eq!(parse_size("3TiB"), Ok(3 << 40));
+        assert_eq!(parse_size("16777215TiB"), Ok(16_777_215 << 40));
+        assert!(parse_size("16777216TiB").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("1.2.3MB").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("5 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(parse_size("99999999999999999999999999999999999999999").is_err());
+    }
 
     #[test]
     fn sizes() {

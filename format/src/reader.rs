@@ -15,10 +15,14 @@ use zstd::zstd_safe;
 
 use crate::record::Record;
 use crate::varint::Cursor;
-use crate::{FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN};
+use crate::{kind, FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN};
 
 /// Preamble bytes before the header JSON: magic, version, header length.
 const PREAMBLE_LEN: usize = 16;
+
+/// Bytes kept readable past a block's end, so that the last fields of its last record
+/// can also be read 8 bytes at a time (`varint::leading`); never part of a record.
+const PEEK_PAD: usize = 16;
 
 /// Why a trace could not be read. Each variant displays as one actionable line.
 #[derive(Debug)]
@@ -108,8 +112,11 @@ pub struct TraceReader<R: Read> {
     done: bool,
     dctx: Decompressor<'static>,
     comp: Vec<u8>,
-    /// Decompressed records of the current block and the read position in them.
+    /// Decompressed records of the current block (`raw[..raw_end]`, then at least
+    /// `PEEK_PAD` bytes of padding or of an earlier block) and the read position in them.
+    /// The buffer only grows: refilling it does not zero it again.
     raw: Vec<u8>,
+    raw_end: usize,
     raw_pos: usize,
     /// Running event time of the current block (delta base).
     last_time: u64,
@@ -165,6 +172,7 @@ impl<R: Read> TraceReader<R> {
             dctx: Decompressor::new()?,
             comp: Vec::new(),
             raw: Vec::new(),
+            raw_end: 0,
             raw_pos: 0,
             last_time: 0,
             block_start: pos,
@@ -203,7 +211,29 @@ impl<R: Read> TraceReader<R> {
     /// I/O error, reading stops (further calls return `Ok(None)`).
     pub fn next_record(&mut self) -> Result<Option<Record>, ReadError> {
         loop {
-            if self.raw_pos < self.raw.len() {
+            if self.raw_pos < self.raw_end {
+                // Allocs and frees (nearly every record) are built right in the returned
+                // value: one built elsewhere and copied here stalled on store forwarding.
+                let start = self.raw_pos;
+                let rest = self.raw.get(start..self.raw_end).unwrap_or_default();
+                // The kind, then a one-byte payload length (an event's is under 128).
+                if let [k, n, ..] = *rest {
+                    let (at, len) = (start + 2, usize::from(n));
+                    let data = self.raw.get(at..).unwrap_or_default();
+                    if n < 0x80 && len <= rest.len() - 2 {
+                        if k == kind::ALLOC {
+                            if let Some(a) = decode::alloc(data, len, &mut self.last_time) {
+                                self.raw_pos = at + len;
+                                return Ok(Some(Record::Alloc(a)));
+                            }
+                        } else if k == kind::FREE {
+                            if let Some(f) = decode::free(data, len, &mut self.last_time) {
+                                self.raw_pos = at + len;
+                                return Ok(Some(Record::Free(f)));
+                            }
+                        }
+                    }
+                }
                 return self.decode_one().map(Some);
             }
             if self.done {
@@ -220,22 +250,27 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
+    /// Any record, one field at a time (`decode::decode`): the rare kinds, and allocs and
+    /// frees that the fast path declined (malformed, or of an older layout).
+    #[inline(never)]
     fn decode_one(&mut self) -> Result<Record, ReadError> {
         let start = self.raw_pos;
-        let mut c = Cursor::new(&self.raw[start..]);
+        let rest = self.raw.get(start..).unwrap_or_default();
+        let mut c = Cursor::within(rest, self.raw_end - start);
         let res = match (c.u8(), c.u64()) {
-            (Ok(k), Ok(len)) if len <= c.remaining() as u64 => match c.bytes(len as usize) {
-                Ok(payload) => decode::decode(k, payload, &mut self.last_time),
-                Err(e) => Err(e.to_string()),
-            },
+            (Ok(k), Ok(len)) if len <= c.remaining() as u64 => {
+                let at = c.pos();
+                self.raw_pos = start + at + len as usize;
+                // The payload and, to be looked at only, the rest of the block.
+                decode::decode(k, &rest[at..], len as usize, &mut self.last_time)
+            }
             (Ok(k), Ok(len)) => Err(format!(
                 "record of kind {k}: payload length {len} runs past the end of the block"
             )),
             (_, Err(e)) | (Err(e), _) => Err(format!("record header: {e}")),
         };
-        self.raw_pos = start + c.pos();
         res.map_err(|what| {
-            self.raw_pos = self.raw.len(); // the rest of this block cannot be trusted
+            self.raw_pos = self.raw_end; // the rest of this block cannot be trusted
             self.corrupt(format!(
                 "record at byte {start} of the decompressed block: {what}"
             ))
@@ -244,7 +279,7 @@ impl<R: Read> TraceReader<R> {
 
     /// Loads the next block into `raw`; on EOF sets `done` (and `truncated` if mid-block).
     fn read_block(&mut self) -> Result<(), ReadError> {
-        self.raw.clear();
+        self.raw_end = 0;
         self.raw_pos = 0;
         self.block_start = self.pos;
         let mut len4 = [0u8; 4];
@@ -308,22 +343,22 @@ impl<R: Read> TraceReader<R> {
                 )))
             }
         }
-        self.raw.resize(size, 0); // bounded above; zstd overwrites every byte (checked below)
+        // Bounded above; zstd overwrites every byte of `raw[..size]` (checked below).
+        if self.raw.len() < size + PEEK_PAD {
+            self.raw.resize(size + PEEK_PAD, 0);
+        }
         match self
             .dctx
-            .decompress_to_buffer(&self.comp, &mut self.raw[..])
+            .decompress_to_buffer(&self.comp, &mut self.raw[..size])
         {
-            Ok(n) if n == size => Ok(()),
-            Ok(n) => {
-                self.raw.clear();
-                Err(self.corrupt(format!(
-                    "block decompressed to {n} bytes, its frame announced {size}"
-                )))
+            Ok(n) if n == size => {
+                self.raw_end = size;
+                Ok(())
             }
-            Err(e) => {
-                self.raw.clear();
-                Err(self.corrupt(format!("block does not decompress: {e}")))
-            }
+            Ok(n) => Err(self.corrupt(format!(
+                "block decompressed to {n} bytes, its frame announced {size}"
+            ))),
+            Err(e) => Err(self.corrupt(format!("block does not decompress: {e}"))),
         }
     }
 }

@@ -149,11 +149,20 @@ impl Converter {
     }
 
     /// Monotonic ns of a stamp.
+    #[inline]
     pub fn to_ns(&self, stamp: u64) -> u64 {
         if !self.tsc {
             return stamp;
         }
         let n = self.anchors.len();
+        // Nearly every stamp lies in the newest segment: no search.
+        if n >= 2 {
+            let (lo, hi) = (self.anchors[n - 2], self.anchors[n - 1]);
+            if stamp >= lo.0 && stamp <= hi.0 {
+                let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
+                return extrapolate(lo, rate, stamp);
+            }
+        }
         let (lo, hi) = if n < 2 {
             // One anchor: extrapolate at the first-to-now rate (or 1 ns/tick).
             return extrapolate(self.anchors[0], self.long_rate(), stamp);
@@ -167,6 +176,37 @@ impl Converter {
         };
         let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
         extrapolate(lo, rate, stamp)
+    }
+
+    /// The largest stamp whose time is at most `ns` (the inverse of `to_ns`, for
+    /// comparing many stamps against one time without converting each).
+    pub fn stamp_at_or_before(&self, ns: u64) -> u64 {
+        if !self.tsc {
+            return ns;
+        }
+        // to_ns is monotonic: bisect the stamp domain around the anchors.
+        let (mut lo, mut hi) = (0u64, u64::MAX);
+        if let (Some(&first), Some(&last)) = (self.anchors.front(), self.anchors.back()) {
+            if ns >= last.1 {
+                lo = last.0;
+            } else if ns >= first.1 {
+                let i = self.anchors.partition_point(|a| a.1 <= ns);
+                lo = self.anchors[i - 1].0;
+                hi = self.anchors[i].0;
+            } else {
+                hi = first.0;
+            }
+        }
+        // Invariant: to_ns(lo) <= ns (or lo = 0), to_ns(hi) > ns (or hi = MAX).
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.to_ns(mid) <= ns {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// ns per tick over the longest baseline known.
@@ -227,6 +267,26 @@ mod tests {
             let ns = c.to_ns(s);
             assert!(ns >= last, "{s}");
             last = ns;
+        }
+    }
+
+    #[test]
+    fn the_inverse_finds_the_last_stamp_at_or_before_a_time() {
+        let c = Converter {
+            tsc: true,
+            first: (1000, 5000),
+            anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
+        };
+        for ns in [
+            4000u64, 4600, 5000, 5500, 5999, 6000, 8000, 10000, 15000, 123_456,
+        ] {
+            let s = c.stamp_at_or_before(ns);
+            if c.to_ns(0) > ns {
+                assert_eq!(s, 0, "no stamp is that early");
+                continue;
+            }
+            assert!(c.to_ns(s) <= ns, "{ns}");
+            assert!(c.to_ns(s + 1) > ns, "{ns}");
         }
     }
 

@@ -22,6 +22,27 @@ impl StackMode {
     }
 }
 
+/// Which unwinder captures native stacks (see `stack.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnwindMode {
+    /// Cached CFI rules; stacks it cannot unwind exactly go to `Slow`.
+    Fast,
+    /// libgcc's DWARF unwinder for every stack.
+    Slow,
+    /// Both on every event, compared; differences reported on stderr.
+    Check,
+}
+
+impl UnwindMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnwindMode::Fast => "fast",
+            UnwindMode::Slow => "slow",
+            UnwindMode::Check => "check",
+        }
+    }
+}
+
 /// What the shim writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -62,6 +83,7 @@ pub struct Config {
     pub fork: ForkMode,
     pub signals: bool,
     pub clock: crate::clock::Source,
+    pub unwind: UnwindMode,
 }
 
 impl Default for Config {
@@ -80,6 +102,7 @@ impl Default for Config {
             fork: ForkMode::Trace,
             signals: true,
             clock: crate::clock::Source::Auto,
+            unwind: UnwindMode::Fast,
         }
     }
 }
@@ -147,6 +170,11 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_CLOCK",
         default: "auto",
         doc: "How events are stamped: `auto` uses the CPU's time-stamp counter where it is a reliable clock (x86_64, invariant TSC, the kernel's clocksource is `tsc`) and `clock_gettime` otherwise; `monotonic` always uses `clock_gettime`; `tsc` is `auto` by another name. Traces always hold `CLOCK_MONOTONIC` nanoseconds.",
+    },
+    Var {
+        name: "GPUMEMPROF_UNWIND",
+        default: "fast",
+        doc: "How native stacks are unwound: `fast` applies unwind rules cached per return address (read once from each object's `.eh_frame`) and hands any stack it cannot unwind exactly to libgcc's unwinder; `slow` uses libgcc's unwinder for every stack (microseconds per event); `check` runs both on every event, records the slow one's frames and prints differences and a count at exit on stderr (for tests and bug reports). All three record the same frames.",
     },
     Var {
         name: "GPUMEMPROF_QUIET",
@@ -287,6 +315,16 @@ impl Config {
                 )),
             }
         }
+        if let Some(v) = get("GPUMEMPROF_UNWIND") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "fast" => c.unwind = UnwindMode::Fast,
+                "slow" => c.unwind = UnwindMode::Slow,
+                "check" => c.unwind = UnwindMode::Check,
+                _ => w.push(format!(
+                    "GPUMEMPROF_UNWIND={v:?} is not fast, slow or check; using fast"
+                )),
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_QUIET") {
             match flag(&v) {
                 Some(b) => c.quiet = b,
@@ -314,6 +352,7 @@ impl Config {
                 crate::clock::Source::Tsc => "tsc",
                 crate::clock::Source::Monotonic => "monotonic",
             },
+            "unwind": self.unwind.name(),
             "stamps": if crate::clock::uses_tsc() { "tsc" } else { "clock_gettime" },
         })
     }
@@ -374,7 +413,9 @@ mod tests {
             ("GPUMEMPROF_FORK", "off"),
             ("GPUMEMPROF_SIGNALS", "0"),
             ("GPUMEMPROF_CLOCK", "monotonic"),
+            ("GPUMEMPROF_UNWIND", "check"),
         ]);
+        assert_eq!(c.unwind, UnwindMode::Check);
         assert_eq!(c.clock, crate::clock::Source::Monotonic);
         assert_eq!(c.nvml_ms, 0);
         assert_eq!(

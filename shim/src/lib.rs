@@ -6,8 +6,8 @@
 //! - `api`: the small public C API of include/gpumemprof.h;
 //! - `hooks`: the one table of hooked functions and the per-library semantics;
 //! - `guard`: the thread-local re-entrancy guard and thread ids;
-//! - `stack`, `intern`: return-address capture and per-thread stack interning on the
-//!   hot path;
+//! - `stack`, `unwind`, `intern`: return-address capture (the fast cached-CFI unwinder
+//!   and libgcc's) and per-thread stack interning on the hot path;
 //! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
 //! - `recorder`: the flight recorder (`GPUMEMPROF_MODE=oom`);
 //! - `modules`: the module map written into the trace for later symbolization;
@@ -32,6 +32,7 @@ pub mod output;
 mod pipeline;
 mod recorder;
 mod stack;
+mod unwind;
 
 /// Entry points for the benchmark binary (not part of the C API).
 pub mod bench {

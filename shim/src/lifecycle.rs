@@ -184,6 +184,7 @@ fn start() -> Option<&'static Pipeline> {
     if let Some((lo, hi)) = crate::modules::range_of(&modules, stack::shim_anchor()) {
         stack::set_shim_range(lo, hi);
     }
+    stack::set_mode(cfg.unwind);
     let p: &'static Pipeline = Box::leak(Box::new(Pipeline::new(
         core,
         cfg.queue_capacity,

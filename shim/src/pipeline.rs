@@ -66,6 +66,9 @@ pub struct Pipeline {
     queue_waits: AtomicU64,
     shutdown_requested: AtomicBool,
     writer_done: AtomicBool,
+    /// Set after the writer wrote the End record (`writer_done` is set before, so late
+    /// events know to write themselves).
+    writer_finished: AtomicBool,
     /// `gpumemprof_flush()` requests and the writer's acknowledgements.
     flush_requests: AtomicU64,
     flush_done: AtomicU64,
@@ -289,9 +292,11 @@ impl WriterCore {
         self.pending.sort_by_key(Pending::time);
         let n = match cutoff {
             Some(c) if self.pending.len() < REORDER_MAX => {
-                let (clock, start) = (&self.clock, self.start_ns);
-                self.pending
-                    .partition_point(|p| clock.to_ns(p.time()).saturating_sub(start) <= c)
+                // One inverse conversion, then integer comparisons of stamps.
+                let last = self
+                    .clock
+                    .stamp_at_or_before(self.start_ns.saturating_add(c));
+                self.pending.partition_point(|p| p.time() <= last)
             }
             _ => self.pending.len(),
         };
@@ -467,6 +472,7 @@ impl Pipeline {
             queue_waits: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
             writer_done: AtomicBool::new(false),
+            writer_finished: AtomicBool::new(false),
             flush_requests: AtomicU64::new(0),
             flush_done: AtomicU64::new(0),
             flush_ns: flush_ms * 1_000_000,
@@ -682,6 +688,7 @@ impl Pipeline {
         if let Some(p) = core.take_new_path() {
             self.set_path(&p);
         }
+        self.writer_finished.store(true, Ordering::Release);
     }
 
     /// Writes every event pushed so far to the file (not merely queued) and returns
@@ -714,7 +721,8 @@ impl Pipeline {
         self.writer_sleeping.store(true, Ordering::Release);
         self.wake_writer();
         let deadline = std::time::Instant::now() + timeout;
-        while !self.writer_done.load(Ordering::Acquire) {
+        // Not `writer_done`: that is set before the End record is written.
+        while !self.writer_finished.load(Ordering::Acquire) {
             if std::time::Instant::now() > deadline {
                 return false;
             }

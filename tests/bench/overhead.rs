@@ -4,10 +4,15 @@
 //! - per-pair overhead of cudaMalloc+cudaFree at call depth 20 against the simulated
 //!   runtime, shim minus no shim, for GPUMEMPROF_STACKS=off and native (median of runs);
 //! - trace bytes per event, for that loop and for the training-loop example;
-//! - writer throughput: the shim's writer code path fed synthetic events, events/s.
+//! - writer throughput: the shim's writer code path fed synthetic events, events/s;
+//! - heaptrack (if installed) on the same loop written with malloc, at the same depth:
+//!   its per-pair overhead and ours (native stacks) as a fraction of it;
+//! - threads: CPU time per pair with 1 and with 8 allocating threads, shim minus no shim;
+//! - the analyzer: decode and replay rates of a synthetic trace on one core, and the CLI's
+//!   time and peak memory on it (`gpumemprof_analyzer::bench`).
 
 use gpumemprof_tests::profiled::{decode, scratch};
-use gpumemprof_tests::{program_command, shim_path};
+use gpumemprof_tests::{program_command, shim_path, target_dir};
 use std::path::Path;
 
 const RUNS: usize = 7;
@@ -41,6 +46,52 @@ fn loop_once(stacks: Option<&str>, trace: &Path) -> f64 {
         .find_map(|l| l.strip_prefix("ns_per_pair="))
         .and_then(|v| v.trim().parse().ok())
         .expect("bench_loop prints ns_per_pair")
+}
+
+/// One run of bench_loop in malloc mode, plain or under heaptrack; ns per pair.
+fn malloc_once(heaptrack: bool, dir: &Path) -> Option<f64> {
+    let bin = gpumemprof_tests::program("bench_loop");
+    let mut cmd = if heaptrack {
+        let mut c = std::process::Command::new("heaptrack");
+        c.arg(&bin);
+        c
+    } else {
+        std::process::Command::new(&bin)
+    };
+    cmd.args(["malloc", DEPTH, PAIRS, "4096"]).current_dir(dir);
+    let out = cmd.output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("ns_per_pair="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One run of the threads example; CPU ns per pair (all threads, the writer included).
+fn threads_once(threads: &str, shim: bool, trace: &Path) -> f64 {
+    let _ = std::fs::remove_file(trace);
+    let mut cmd = program_command("threads");
+    cmd.args([threads, "100000", "4096"])
+        .env("THREADS_TIMING", "1");
+    if shim {
+        cmd.env("LD_PRELOAD", shim_path())
+            .env("GPUMEMPROF_OUTPUT", trace)
+            .env("GPUMEMPROF_QUIET", "1")
+            .env("GPUMEMPROF_STACKS", "off");
+    }
+    let out = cmd.output().expect("run threads");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("cpu_ns_per_pair="))
+        .and_then(|v| v.parse().ok())
+        .expect("threads prints cpu_ns_per_pair")
 }
 
 fn events_in(trace: &Path) -> u64 {
@@ -104,6 +155,47 @@ fn main() {
         bytes as f64 / events as f64
     );
 
+    // heaptrack on the malloc loop: the yardstick of the speed issue.
+    let (mut plain, mut ht) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        plain.extend(malloc_once(false, &dir));
+        ht.extend(malloc_once(true, &dir));
+    }
+    if plain.is_empty() || ht.is_empty() {
+        println!("  heaptrack: not installed (apt-get install heaptrack); comparison skipped");
+    } else {
+        let (p, h) = (median(plain), median(ht));
+        println!(
+            "  heaptrack, malloc loop:       {h:8.1} ns/pair   overhead {:8.1} ns/pair (no profiler {p:.1})",
+            h - p
+        );
+        println!(
+            "  ours (native) / heaptrack overhead: {:.2} (target <= 0.25)",
+            (n - b) / (h - p)
+        );
+    }
+
+    // Threads: CPU time per pair with 1 and 8 threads, with and without the shim.
+    let tt = dir.join("threads.trace");
+    let mut rows = Vec::new();
+    for threads in ["1", "8"] {
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            without.push(threads_once(threads, false, &tt));
+            with.push(threads_once(threads, true, &tt));
+        }
+        let (w0, w1) = (median(without), median(with));
+        println!(
+            "  threads={threads}, STACKS=off: {w1:8.1} CPU ns/pair   overhead {:8.1} (no shim {w0:.1})",
+            w1 - w0
+        );
+        rows.push(w1 - w0);
+    }
+    println!(
+        "  8 threads / 1 thread overhead per pair: {:.2} (target <= 2)",
+        rows[1] / rows[0]
+    );
+
     let n = 2_000_000;
     let wpath = dir.join("writer.trace");
     let (secs, wbytes) =
@@ -113,4 +205,20 @@ fn main() {
         n as f64 / secs / 1e6,
         wbytes as f64 / n as f64
     );
+
+    // Last, as it pins this process to one core: the analyzer's replay benchmark on its
+    // default synthetic trace (also `cargo bench -p gpumemprof-analyzer --bench replay`).
+    let cli = gpumemprof_tests::analyzer_path();
+    let opts = gpumemprof_analyzer::bench::Options {
+        size: gpumemprof_analyzer::bench::DEFAULT_SIZE,
+        runs: 3,
+        dir: target_dir()
+            .parent()
+            .unwrap_or(Path::new("target"))
+            .join("bench"),
+        cli: cli.exists().then_some(cli),
+    };
+    if let Err(e) = gpumemprof_analyzer::bench::run(&opts, &mut std::io::stdout()) {
+        println!("  analyzer benchmark failed: {e}");
+    }
 }

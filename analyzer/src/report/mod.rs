@@ -6,6 +6,7 @@
 //! added, never renamed or removed.
 
 pub mod leaks;
+pub mod oom;
 pub mod peak;
 pub mod summary;
 

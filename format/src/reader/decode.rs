@@ -3,7 +3,7 @@
 //! and nothing is allocated before its size is checked against the payload or a `MAX_*`.
 
 use crate::record::{Alloc, AllocFailed, Free, MemKind, Module, Record, Sample, Stats};
-use crate::varint::{Cursor, DecodeError};
+use crate::varint::{leading, unzigzag, Cursor, DecodeError};
 use crate::{kind, MAX_STACK_FRAMES};
 
 type Res<T> = Result<T, String>;
@@ -28,39 +28,59 @@ struct Fields<'a> {
     kind: u8,
 }
 
+// Every field read is inlined into `decode` (a handful of instructions on the usual
+// one- or two-byte varint); building an error message is cold and kept out of line.
 impl<'a> Fields<'a> {
+    #[cold]
+    #[inline(never)]
     fn err(&self, field: &str, e: DecodeError) -> String {
         format!("{} record, field {field}: {e}", kind_name(self.kind))
     }
-    fn u64(&mut self, field: &str) -> Res<u64> {
-        self.c.u64().map_err(|e| self.err(field, e))
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, field: &str, v: i128) -> String {
+        format!(
+            "{} record, field {field}: value {v} out of range",
+            kind_name(self.kind)
+        )
     }
+    #[inline(always)]
+    fn u64(&mut self, field: &str) -> Res<u64> {
+        match self.c.u64() {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.err(field, e)),
+        }
+    }
+    #[inline(always)]
     fn i64(&mut self, field: &str) -> Res<i64> {
-        self.c.i64().map_err(|e| self.err(field, e))
+        match self.c.i64() {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.err(field, e)),
+        }
     }
     /// An unsigned field that must fit `T` (u32 tid, u16 api, ...).
+    #[inline(always)]
     fn uint<T: TryFrom<u64>>(&mut self, field: &str) -> Res<T> {
         let v = self.u64(field)?;
-        T::try_from(v).map_err(|_| {
-            format!(
-                "{} record, field {field}: value {v} out of range",
-                kind_name(self.kind)
-            )
-        })
+        match T::try_from(v) {
+            Ok(t) => Ok(t),
+            Err(_) => Err(self.out_of_range(field, v.into())),
+        }
     }
+    #[inline(always)]
     fn device(&mut self) -> Res<i32> {
         let v = self.i64("device")?;
-        i32::try_from(v).map_err(|_| {
-            format!(
-                "{} record, field device: value {v} out of range",
-                kind_name(self.kind)
-            )
-        })
+        match i32::try_from(v) {
+            Ok(d) => Ok(d),
+            Err(_) => Err(self.out_of_range("device", v.into())),
+        }
     }
+    #[inline(always)]
     fn mem_kind(&mut self) -> Res<MemKind> {
         self.uint::<u8>("kind").map(MemKind::from_u8)
     }
     /// A field appended after the first version: absent in older traces.
+    #[inline(always)]
     fn at_end(&self) -> bool {
         self.c.remaining() == 0
     }
@@ -79,17 +99,67 @@ impl<'a> Fields<'a> {
 }
 
 /// Event time: a zigzag delta from the previous event time of the block (wrapping).
+#[inline(always)]
 fn event_time(f: &mut Fields, last_time: &mut u64) -> Res<u64> {
     let d = f.i64("time delta")?;
     *last_time = last_time.wrapping_add(d as u64);
     Ok(*last_time)
 }
 
-/// Decodes one record. `last_time` is the block's running event time. Trailing payload
-/// bytes past the known fields are ignored (fields are only ever appended).
-pub fn decode(k: u8, payload: &[u8], last_time: &mut u64) -> Res<Record> {
+/// The fast path of an alloc record in its current layout: all fields read at once
+/// (`varint::leading`) from its payload, the first `len` bytes of `data` (the rest of
+/// the block follows: see `Cursor::within`). `None`, with `last_time` untouched, for
+/// anything else, malformed payloads included: `decode` then reads it field by field
+/// and names the fault.
+#[inline(always)]
+pub fn alloc(data: &[u8], len: usize, last_time: &mut u64) -> Option<Alloc> {
+    let [dt, tid, api, kind, device, address, size, stream, pool, stack] =
+        leading::<10>(data, len)?;
+    let a = Alloc {
+        time_ns: last_time.wrapping_add(unzigzag(dt) as u64),
+        tid: u32::try_from(tid).ok()?,
+        api: u16::try_from(api).ok()?,
+        kind: MemKind::from_u8(u8::try_from(kind).ok()?),
+        device: i32::try_from(unzigzag(device)).ok()?,
+        address,
+        size,
+        stream,
+        pool,
+        stack,
+    };
+    *last_time = a.time_ns;
+    Some(a)
+}
+
+/// `alloc`'s counterpart for a free record with every field (older traces, without the
+/// kind and size fields, take `decode`).
+#[inline(always)]
+pub fn free(data: &[u8], len: usize, last_time: &mut u64) -> Option<Free> {
+    let [dt, tid, api, address, stream, stack, result, flags, kind, size] =
+        leading::<10>(data, len)?;
+    let f = Free {
+        time_ns: last_time.wrapping_add(unzigzag(dt) as u64),
+        tid: u32::try_from(tid).ok()?,
+        api: u16::try_from(api).ok()?,
+        address,
+        stream,
+        stack,
+        result: u32::try_from(result).ok()?,
+        flags: u8::try_from(flags).ok()?,
+        kind: MemKind::from_u8(u8::try_from(kind).ok()?),
+        size,
+    };
+    *last_time = f.time_ns;
+    Some(f)
+}
+
+/// Decodes one record of kind `k` from its payload, the first `len` bytes of `data`, one
+/// field at a time, each checked. `last_time` is the block's running event time.
+/// Trailing payload bytes past the known fields are ignored (fields are only ever
+/// appended).
+pub fn decode(k: u8, data: &[u8], len: usize, last_time: &mut u64) -> Res<Record> {
     let f = &mut Fields {
-        c: Cursor::new(payload),
+        c: Cursor::within(data, len),
         kind: k,
     };
     Ok(match k {
@@ -201,9 +271,6 @@ pub fn decode(k: u8, payload: &[u8], last_time: &mut u64) -> Res<Record> {
             device_used: f.u64("device_used")?,
             device_total: f.u64("device_total")?,
         }),
-        _ => Record::Unknown {
-            kind: k,
-            len: payload.len(),
-        },
+        _ => Record::Unknown { kind: k, len },
     })
 }

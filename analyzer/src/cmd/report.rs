@@ -1,0 +1,111 @@
+//! `gpumemprof report TRACE -o FILE.html`: the one-file HTML report (views/html.rs), built
+//! from one pass over the trace: the timeline, live memory by stack at the peak and at the
+//! first out-of-memory failure, and the replay the text reports use.
+
+use std::path::PathBuf;
+
+use clap::Args as ClapArgs;
+
+use super::{load, warn_all, Output};
+use crate::error::Error;
+use crate::report::{leaks, summary, TraceInfo};
+use crate::snapshot::{Moment, SnapshotBuilder};
+use crate::symbolize::Symbolizer;
+use crate::timeline::TimelineBuilder;
+use crate::views::flamegraph::{folded, svg, Style};
+use crate::views::html::{inline_svg, render, Page};
+use crate::views::{api_names, chart};
+
+/// Rows of the "top sites at the peak", leak and out-of-memory tables.
+const TOP_SITES: usize = 10;
+const TOP_LEAKS: usize = 20;
+const TOP_OOMS: usize = 20;
+
+/// inferno's zoom and search controls: they need its script, which the page leaves out.
+const FLAMEGRAPH_CONTROLS: &[&str] = &["unzoom", "search", "matched", "details"];
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The trace file written by the shim.
+    pub trace: PathBuf,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+pub fn run(args: &Args) -> Result<(), Error> {
+    args.output.check(&args.trace)?;
+    let mut timeline = TimelineBuilder::new();
+    let mut peak = SnapshotBuilder::new(Moment::Peak, None);
+    let mut first_oom = SnapshotBuilder::new(Moment::Oom(1), None);
+    let loaded = load(&args.trace, &mut [&mut timeline, &mut peak, &mut first_oom])?;
+    let t = timeline.finish();
+    let peak = peak.finish().map_err(Error::Failed)?;
+    // No failure in the trace: no section for it.
+    let first_oom = first_oom.finish().ok();
+
+    let r = &loaded.replayed;
+    let info = TraceInfo::new(&args.trace, &loaded);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let summary = summary::build(info.clone(), r);
+    let leaks = leaks::build(info.clone(), r, &mut sym, TOP_LEAKS, 0);
+    let apis = api_names(&loaded.header);
+
+    let fail = |e: String| Error::Failed(e);
+    let timeline_svg = chart::svg(&t, &super::timeline::title(&info, &t)).map_err(fail)?;
+    let timeline_svg = inline_svg(&timeline_svg, "tl-", &[]).map_err(fail)?;
+    let mut flamegraph = |snap: &crate::snapshot::Snapshot, prefix: &str| {
+        let lines = folded(snap, &mut sym, false);
+        let style = Style {
+            title: format!("Live GPU memory {}", snap.describe()),
+            subtitle: Some(super::flamegraph::subtitle(&loaded, false)),
+            inverted: false,
+            javascript: false,
+        };
+        let bytes = svg(&lines, &style).map_err(Error::Output)?;
+        inline_svg(
+            &String::from_utf8_lossy(&bytes),
+            prefix,
+            FLAMEGRAPH_CONTROLS,
+        )
+        .map_err(fail)
+    };
+    let peak_svg = flamegraph(&peak, "fgp-")?;
+    let oom_svg = match &first_oom {
+        Some(s) => Some(flamegraph(s, "fgo-")?),
+        None => None,
+    };
+    let peak_sites: Vec<_> = peak
+        .sites
+        .iter()
+        .take(TOP_SITES)
+        .map(|s| (*s, sym.stack(s.stack, 0)))
+        .collect();
+    let ooms: Vec<_> = t
+        .ooms
+        .iter()
+        .take(TOP_OOMS)
+        .map(|o| (*o, sym.stack(o.stack, 0)))
+        .collect();
+    warn_all(sym.take_warnings());
+
+    let page = Page {
+        trace: &info,
+        summary: &summary,
+        leaks: &leaks,
+        timeline: &t,
+        timeline_svg: &timeline_svg,
+        peak: &peak,
+        peak_flamegraph_svg: &peak_svg,
+        peak_sites: &peak_sites,
+        ooms: &ooms,
+        oom_flamegraph: first_oom.as_ref().zip(oom_svg.as_deref()),
+        apis: &apis,
+    };
+    let html = render(&page);
+    args.output.write(html.as_bytes())?;
+    args.output.done(&format!(
+        "HTML report, {} KiB, one file: open it in a browser",
+        html.len().div_ceil(1024)
+    ));
+    Ok(())
+}

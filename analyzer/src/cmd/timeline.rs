@@ -1,0 +1,89 @@
+//! `gpumemprof timeline TRACE -o FILE.svg|FILE.png`: live bytes over time per device and
+//! memory kind, with NVML's measurement and out-of-memory failures drawn on it.
+
+use std::path::PathBuf;
+
+use clap::{Args as ClapArgs, ValueEnum};
+
+use super::{load, Output};
+use crate::error::Error;
+use crate::report::TraceInfo;
+use crate::timeline::{SeriesKey, Timeline, TimelineBuilder};
+use crate::units;
+use crate::views::chart;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImageFormat {
+    Svg,
+    Png,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The trace file written by the shim.
+    pub trace: PathBuf,
+    #[command(flatten)]
+    pub output: Output,
+    /// Image format (default: from FILE's extension, .svg or .png).
+    #[arg(long, value_enum)]
+    pub format: Option<ImageFormat>,
+}
+
+pub fn run(args: &Args) -> Result<(), Error> {
+    let format = match args.format {
+        Some(f) => f,
+        None => format_of(&args.output.output)?,
+    };
+    if format == ImageFormat::Png {
+        args.output.require_file("a PNG image")?;
+    }
+    args.output.check(&args.trace)?;
+    let mut builder = TimelineBuilder::new();
+    let loaded = load(&args.trace, &mut [&mut builder])?;
+    let t = builder.finish();
+    let info = TraceInfo::new(&args.trace, &loaded);
+    let title = title(&info, &t);
+    let bytes = match format {
+        ImageFormat::Svg => chart::svg(&t, &title).map(String::into_bytes),
+        ImageFormat::Png => chart::png(&t, &title),
+    }
+    .map_err(Error::Failed)?;
+    args.output.write(&bytes)?;
+    args.output.done(&format!(
+        "timeline of {} in {} buckets of {} ns",
+        units::secs(t.end_ns),
+        t.len,
+        t.width_ns
+    ));
+    Ok(())
+}
+
+fn format_of(path: &std::path::Path) -> Result<ImageFormat, Error> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("svg") => Ok(ImageFormat::Svg),
+        Some("png") => Ok(ImageFormat::Png),
+        _ => Err(Error::Failed(format!(
+            "{}: cannot tell the image format from the name: end it in .svg or .png, or pass \
+             --format svg|png",
+            path.display()
+        ))),
+    }
+}
+
+/// "GPU memory of train 20 (pid 42): highest 114.0 MiB over 1.234 s" (the program by
+/// its file name: a build folder's path would push the numbers off the chart).
+pub fn title(info: &TraceInfo, t: &Timeline) -> String {
+    let pid = info.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
+    let peak = t.series(SeriesKey::Total).map_or(0, |s| s.max());
+    format!(
+        "GPU memory of {} (pid {pid}): highest {} over {}",
+        super::program(&info.argv),
+        units::bytes(peak),
+        units::secs(t.end_ns)
+    )
+}

@@ -1,0 +1,139 @@
+//! The replay pass, watched: the same single streaming pass as `replay::replay`, which
+//! also shows each record and the live-memory changes it made to observers (the timeline,
+//! a snapshot of live memory at a moment). Observers see the changes `Replay` itself
+//! decided, so no view matches frees to allocations a second way.
+
+use std::io::Read;
+
+use gpumemprof_format::{ReadError, Record, TraceReader};
+
+use crate::replay::{LiveChange, Loaded, Replay};
+
+/// A view built during the pass.
+pub trait Observer {
+    /// Each record, before the replay applies it (live memory is still as it was).
+    fn record(&mut self, record: &Record);
+    /// What the record just applied did to live memory, at its time (`time_ns`); not
+    /// called for records that changed nothing.
+    fn changes(&mut self, time_ns: u64, changes: &[LiveChange]);
+}
+
+/// The time a record carries, if any (stack definitions and unknown records have none).
+pub fn record_time(record: &Record) -> Option<u64> {
+    match record {
+        Record::Alloc(a) => Some(a.time_ns),
+        Record::Free(f) => Some(f.time_ns),
+        Record::AllocFailed(f) => Some(f.time_ns),
+        Record::Module(m) => Some(m.time_ns),
+        Record::Stats(s) | Record::End(s) => Some(s.time_ns),
+        Record::Sample(s) => Some(s.time_ns),
+        Record::Stack { .. } | Record::Unknown { .. } => None,
+    }
+}
+
+/// `replay::replay`, showing every record and change to `observers`, in order.
+pub fn replay_observed<R: Read>(
+    mut reader: TraceReader<R>,
+    observers: &mut [&mut dyn Observer],
+) -> Result<Loaded, ReadError> {
+    let mut replay = Replay::new();
+    let mut changes = Vec::new();
+    while let Some(record) = reader.next_record()? {
+        for o in observers.iter_mut() {
+            o.record(&record);
+        }
+        let time = record_time(&record).unwrap_or(0);
+        changes.clear();
+        replay.record_changes(record, &mut changes);
+        if !changes.is_empty() {
+            for o in observers.iter_mut() {
+                o.changes(time, &changes);
+            }
+        }
+    }
+    Ok(Loaded {
+        header: reader.header().clone(),
+        replayed: replay.finish(),
+        truncated: reader.truncated(),
+        blocks: reader.blocks_read(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumemprof_format::{Alloc, Free, MemKind, FREE_RANGE};
+
+    fn alloc(t: u64, address: u64, size: u64) -> Record {
+        Record::Alloc(Alloc {
+            time_ns: t,
+            tid: 1,
+            api: 0,
+            kind: MemKind::Device,
+            device: 0,
+            address,
+            size,
+            stream: 0,
+            pool: 0,
+            stack: 0,
+        })
+    }
+
+    /// The changes are the replay's own decisions: one unmap over two adjacent mappings
+    /// releases both, a free of an unknown address releases nothing.
+    #[test]
+    fn changes_follow_the_replay_including_range_frees() {
+        let mut replay = Replay::new();
+        let mut changes = Vec::new();
+        let mut seen = Vec::new();
+        let unmap = Record::Free(Free {
+            time_ns: 3,
+            tid: 1,
+            api: 1,
+            address: 0x1000,
+            stream: 0,
+            stack: 0,
+            result: 0,
+            flags: FREE_RANGE,
+            kind: MemKind::Device,
+            size: 0x2000,
+        });
+        let unknown = Record::Free(Free {
+            address: 0xdead,
+            flags: 0,
+            size: 0,
+            ..match unmap {
+                Record::Free(f) => f,
+                _ => unreachable!(),
+            }
+        });
+        for r in [
+            alloc(1, 0x1000, 0x1000),
+            alloc(2, 0x2000, 0x1000),
+            unmap,
+            unknown,
+        ] {
+            changes.clear();
+            replay.record_changes(r, &mut changes);
+            seen.push(
+                changes
+                    .iter()
+                    .map(|c| match c {
+                        LiveChange::Added(a) => (true, a.address),
+                        LiveChange::Released(a) => (false, a.address),
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert_eq!(
+            seen,
+            vec![
+                vec![(true, 0x1000)],
+                vec![(true, 0x2000)],
+                vec![(false, 0x1000), (false, 0x2000)],
+                vec![]
+            ]
+        );
+        assert_eq!(replay.finish().totals.live_bytes, 0);
+    }
+}

@@ -1,0 +1,510 @@
+//! The two passes of `gpumemprof oom`.
+//!
+//! Which failure to explain is known only once the whole trace is read (the first failure
+//! that no retry made good may come after many that were), and the state to explain it with
+//! is the state at that failure. So the command streams the trace twice, storing no event:
+//!
+//! ```text
+//!  pass 1 (whole trace)   every out-of-memory failure, and whether a later allocation of
+//!                         its size succeeded (transient) or none did (final)
+//!                         ─► pick one: the first final failure, else the last failure
+//!  pass 2 (up to it)      replay until that failure's record; from the first event at or
+//!                         after `failure - window`, add up per stack what the replay allocated
+//!                         and released ─► live memory at the failure, and what grew
+//! ```
+//!
+//! Memory stays bounded: pass 1 keeps at most `MAX_KEPT_FAILURES` failures (and one
+//! pending-retry entry or two per unresolved failure); pass 2 is an ordinary replay that
+//! stops early, plus a byte count per stack that changed inside the window.
+
+use std::collections::hash_map::{Entry, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+
+use gpumemprof_format::{Alloc, AllocFailed, MemKind, ReadError, Record, TraceReader};
+
+use crate::observe::{self, Observer};
+use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay, Replayed, MAX_KEPT_FAILURES};
+use crate::timeline::OOM_RESULT;
+
+/// One out-of-memory failure (an allocation call that returned error 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// Its position among the trace's out-of-memory failures, 0 for the first in the file
+    /// (counted whether kept or not): pass 2 stops at the failure with this position.
+    pub ordinal: u64,
+    pub call: AllocFailed,
+    /// The later successful allocation that made this failure transient; `None`: final.
+    pub retry: Option<Alloc>,
+}
+
+impl Failure {
+    pub fn is_final(&self) -> bool {
+        self.retry.is_none()
+    }
+}
+
+/// What pass 1 found.
+#[derive(Debug)]
+pub struct Scan {
+    /// The header and how reading ended. Its `replayed` holds only the pipeline counters
+    /// (for the `trace` object): the rest of the full replay is dropped, pass 2 rebuilds
+    /// the state that matters.
+    pub loaded: Loaded,
+    /// The kept failures, in trace order (see `Classifier` for which are kept).
+    pub failures: Vec<Failure>,
+    /// Out-of-memory failures in the trace, kept or not.
+    pub out_of_memory: u64,
+    /// Failed allocation calls with any other error (bad arguments, ...).
+    pub other_failed: u64,
+}
+
+impl Scan {
+    /// The kept failure to report: `index` if given (an error message if out of range),
+    /// else the first final failure, else the last failure; `None` if there is none.
+    pub fn select(&self, index: Option<usize>) -> Result<Option<usize>, String> {
+        match index {
+            Some(i) if i < self.failures.len() => Ok(Some(i)),
+            Some(i) if self.failures.is_empty() => Err(format!(
+                "--index {i}: the trace has no out-of-memory failure"
+            )),
+            Some(i) => Err(format!(
+                "--index {i}: the trace has {} kept out-of-memory failures (0 to {})",
+                self.failures.len(),
+                self.failures.len() - 1
+            )),
+            None => Ok(self
+                .failures
+                .iter()
+                .position(Failure::is_final)
+                .or(self.failures.len().checked_sub(1))),
+        }
+    }
+
+    pub fn transient(&self) -> u64 {
+        self.failures.iter().filter(|f| !f.is_final()).count() as u64
+    }
+}
+
+/// Pass 1: the ordinary replay of the whole trace, with a `Classifier` watching.
+pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
+    let mut classifier = Classifier::default();
+    let loaded = observe::replay_observed(reader, &mut [&mut classifier])?;
+    let out_of_memory = classifier.next_ordinal;
+    let other_failed = loaded
+        .replayed
+        .totals
+        .failed_allocations
+        .saturating_sub(out_of_memory);
+    let Loaded {
+        header,
+        replayed,
+        truncated,
+        blocks,
+    } = loaded;
+    Ok(Scan {
+        loaded: Loaded {
+            header,
+            replayed: Replayed {
+                pipeline: replayed.pipeline,
+                ..Replayed::default()
+            },
+            truncated,
+            blocks,
+        },
+        failures: classifier.kept.into_values().collect(),
+        out_of_memory,
+        other_failed,
+    })
+}
+
+/// An unresolved failure waiting for a successful allocation of at least `size`.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    ordinal: u64,
+    size: u64,
+}
+
+/// Unresolved failures of one key, sorted by size, largest first: an allocation of `n`
+/// bytes resolves a suffix of the list.
+type PendingList = Vec<Pending>;
+
+/// The memory a retry has to be of: device allocations and VMM handles are one class (a
+/// failed `cuMemCreate` is recorded as a `device` failure, its successful retry as a
+/// `vmm_handle`); every other kind is its own. Pinned host memory belongs to no device.
+fn class_and_device(kind: MemKind, device: i32) -> (u16, i32) {
+    match kind {
+        MemKind::Device | MemKind::VmmHandle => (0, device),
+        MemKind::PinnedHost => (1 + u16::from(kind.to_u8()), -1),
+        other => (1 + u16::from(other.to_u8()), device),
+    }
+}
+
+/// Finds the transient failures in one pass.
+///
+/// A failure is **transient** when a later successful allocation of the same memory (same
+/// device and kind class, see `class_and_device`) and of at least the failed size was made
+/// by the same thread, or from the same call stack (stack id not 0): the program got the
+/// memory after all, as PyTorch does after freeing its cache and retrying. Otherwise it is
+/// **final**.
+///
+/// Kept: up to `MAX_KEPT_FAILURES`. When full, the oldest transient failure is forgotten to
+/// make room (the failures at the end of a run are the ones that ended it); when every kept
+/// failure is unresolved, a new one is only counted.
+#[derive(Debug, Default)]
+pub struct Classifier {
+    next_ordinal: u64,
+    kept: BTreeMap<u64, Failure>,
+    transient: BTreeSet<u64>,
+    /// Keyed by (class, device, thread id).
+    by_thread: HashMap<(u16, i32, u32), PendingList>,
+    /// Keyed by (class, device, stack id).
+    by_stack: HashMap<(u16, i32, u64), PendingList>,
+    /// Kept failures not yet resolved: when 0, allocations cost nothing here.
+    unresolved: usize,
+}
+
+impl Observer for Classifier {
+    fn record(&mut self, record: &Record) {
+        match record {
+            Record::AllocFailed(f) if f.result == OOM_RESULT => self.failed(f),
+            // A zero-byte request that "succeeded" with a null pointer got no memory.
+            Record::Alloc(a) if self.unresolved > 0 && a.address != 0 => self.succeeded(a),
+            _ => {}
+        }
+    }
+
+    fn changes(&mut self, _time_ns: u64, _changes: &[LiveChange]) {}
+}
+
+impl Classifier {
+    fn failed(&mut self, f: &AllocFailed) {
+        let ordinal = self.next_ordinal;
+        self.next_ordinal += 1;
+        if self.kept.len() >= MAX_KEPT_FAILURES {
+            match self.transient.pop_first() {
+                Some(oldest) => {
+                    self.kept.remove(&oldest);
+                }
+                None => return,
+            }
+        }
+        self.kept.insert(
+            ordinal,
+            Failure {
+                ordinal,
+                call: *f,
+                retry: None,
+            },
+        );
+        self.unresolved += 1;
+        let (class, device) = class_and_device(f.kind, f.device);
+        let pending = Pending {
+            ordinal,
+            size: f.size,
+        };
+        insert(
+            self.by_thread.entry((class, device, f.tid)).or_default(),
+            pending,
+        );
+        if f.stack != 0 {
+            insert(
+                self.by_stack.entry((class, device, f.stack)).or_default(),
+                pending,
+            );
+        }
+    }
+
+    fn succeeded(&mut self, a: &Alloc) {
+        let (class, device) = class_and_device(a.kind, a.device);
+        let mut resolved = Vec::new(); // allocates only when something resolves
+        take_resolved(
+            &mut self.by_thread,
+            (class, device, a.tid),
+            a.size,
+            &mut resolved,
+        );
+        if a.stack != 0 {
+            take_resolved(
+                &mut self.by_stack,
+                (class, device, a.stack),
+                a.size,
+                &mut resolved,
+            );
+        }
+        for ordinal in resolved {
+            let Some(f) = self.kept.get_mut(&ordinal) else {
+                continue;
+            };
+            if f.retry.is_some() {
+                continue; // resolved through its other key by this same allocation
+            }
+            f.retry = Some(*a);
+            let call = f.call;
+            self.transient.insert(ordinal);
+            self.unresolved = self.unresolved.saturating_sub(1);
+            // Its entry under the other key is stale now: drop it, so the pending lists
+            // never hold more than two entries per unresolved failure.
+            let (class, device) = class_and_device(call.kind, call.device);
+            remove(
+                &mut self.by_thread,
+                (class, device, call.tid),
+                ordinal,
+                call.size,
+            );
+            if call.stack != 0 {
+                remove(
+                    &mut self.by_stack,
+                    (class, device, call.stack),
+                    ordinal,
+                    call.size,
+                );
+            }
+        }
+    }
+}
+
+/// Inserts keeping the list sorted largest first (after the equal sizes already there).
+fn insert(list: &mut PendingList, p: Pending) {
+    let at = list.partition_point(|q| q.size >= p.size);
+    list.insert(at, p);
+}
+
+/// Moves the failures of `key` that an allocation of `size` bytes satisfies to `out`.
+fn take_resolved<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, PendingList>,
+    key: K,
+    size: u64,
+    out: &mut Vec<u64>,
+) {
+    if let Entry::Occupied(mut e) = map.entry(key) {
+        let list = e.get_mut();
+        while let Some(p) = list.last().filter(|p| p.size <= size) {
+            out.push(p.ordinal);
+            list.pop();
+        }
+        if list.is_empty() {
+            e.remove();
+        }
+    }
+}
+
+/// Removes failure `ordinal` (of `size` bytes) from the list of `key`, if it is there.
+fn remove<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, PendingList>,
+    key: K,
+    ordinal: u64,
+    size: u64,
+) {
+    if let Entry::Occupied(mut e) = map.entry(key) {
+        let list = e.get_mut();
+        let from = list.partition_point(|q| q.size > size);
+        if let Some(i) = list[from..]
+            .iter()
+            .take_while(|q| q.size == size)
+            .position(|q| q.ordinal == ordinal)
+        {
+            list.remove(from + i);
+        }
+        if list.is_empty() {
+            e.remove();
+        }
+    }
+}
+
+/// True when live allocation `a` holds the memory that failed request `f` competed for:
+/// for device, managed or VMM requests, the `device` and `managed` memory of its device
+/// (managed memory is charged to the device it lives on); for pinned host requests, all
+/// pinned host memory; otherwise the same kind on the same device. Never reservations or
+/// VMM handles (their mappings are counted instead).
+pub fn competes(f: &AllocFailed, a: &LiveAlloc) -> bool {
+    if !a.kind.is_memory() {
+        return false;
+    }
+    match f.kind {
+        MemKind::Device | MemKind::Managed | MemKind::VmmHandle => {
+            a.device == f.device && matches!(a.kind, MemKind::Device | MemKind::Managed)
+        }
+        MemKind::PinnedHost => a.kind == MemKind::PinnedHost,
+        other => a.device == f.device && a.kind == other,
+    }
+}
+
+/// The state at one failure, from pass 2.
+#[derive(Debug)]
+pub struct Moment {
+    /// The replay of every record before the failure's: live allocations, stacks,
+    /// modules and NVML samples as they were when it failed.
+    pub replayed: Replayed,
+    /// `failure time - window` (0 at the earliest).
+    pub start_ns: u64,
+    /// Per stack, bytes allocated minus bytes released (of memory that `competes`) by the
+    /// events from the first one at or after `start_ns` up to the failure, in trace order
+    /// (a window reaching back to the trace's start counts every event).
+    pub growth: HashMap<u64, i128>,
+}
+
+/// Pass 2: replays up to `failure` (its record is not applied). `None` if the trace no
+/// longer has that failure (it changed between the passes).
+pub fn replay_until<R: Read>(
+    mut reader: TraceReader<R>,
+    failure: &Failure,
+    window_ns: u64,
+) -> Result<Option<Moment>, ReadError> {
+    let start_ns = failure.call.time_ns.saturating_sub(window_ns);
+    let mut replay = Replay::new();
+    let mut changes = Vec::new();
+    let mut growth: HashMap<u64, i128> = HashMap::new();
+    let mut ordinal = 0u64;
+    let mut in_window = false;
+    while let Some(record) = reader.next_record()? {
+        let time = match &record {
+            Record::AllocFailed(f) if f.result == OOM_RESULT => {
+                if ordinal == failure.ordinal {
+                    return Ok(Some(Moment {
+                        replayed: replay.finish(),
+                        start_ns,
+                        growth,
+                    }));
+                }
+                ordinal += 1;
+                Some(f.time_ns)
+            }
+            Record::AllocFailed(f) => Some(f.time_ns),
+            Record::Alloc(a) => Some(a.time_ns),
+            Record::Free(f) => Some(f.time_ns),
+            _ => None,
+        };
+        in_window = in_window || time.is_some_and(|t| t >= start_ns);
+        changes.clear();
+        replay.record_changes(record, &mut changes);
+        if !in_window {
+            continue;
+        }
+        for change in &changes {
+            let (a, sign) = match change {
+                LiveChange::Added(a) => (a, 1),
+                LiveChange::Released(a) => (a, -1),
+            };
+            if competes(&failure.call, a) {
+                *growth.entry(a.stack).or_default() += sign * i128::from(a.size);
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(t: u64, tid: u32, stack: u64, size: u64) -> Record {
+        Record::AllocFailed(AllocFailed {
+            time_ns: t,
+            tid,
+            api: 0,
+            kind: MemKind::Device,
+            device: 0,
+            size,
+            stream: 0,
+            pool: 0,
+            stack,
+            result: OOM_RESULT,
+            mem_free: 0,
+            mem_total: 0,
+        })
+    }
+
+    fn alloc(t: u64, tid: u32, stack: u64, kind: MemKind, size: u64) -> Record {
+        Record::Alloc(Alloc {
+            time_ns: t,
+            tid,
+            api: 0,
+            kind,
+            device: 0,
+            address: 0x1000 + t,
+            size,
+            stream: 0,
+            pool: 0,
+            stack,
+        })
+    }
+
+    fn classify(records: &[Record]) -> Classifier {
+        let mut c = Classifier::default();
+        for r in records {
+            c.record(r);
+        }
+        c
+    }
+
+    fn outcomes(c: &Classifier) -> Vec<(u64, Option<u64>)> {
+        c.kept
+            .values()
+            .map(|f| (f.ordinal, f.retry.map(|a| a.time_ns)))
+            .collect()
+    }
+
+    #[test]
+    fn a_retry_by_the_same_thread_or_stack_of_at_least_the_size_resolves() {
+        let c = classify(&[
+            failed(1, 7, 0, 100),
+            failed(2, 8, 5, 100),
+            failed(3, 9, 6, 100),
+            alloc(4, 7, 0, MemKind::Device, 99),      // too small
+            alloc(5, 7, 0, MemKind::Managed, 100),    // other memory
+            alloc(6, 7, 0, MemKind::Device, 100),     // resolves #0 (thread)
+            alloc(7, 1, 5, MemKind::VmmHandle, 200),  // resolves #1 (stack; VMM = device)
+            alloc(8, 1, 0, MemKind::Device, 1 << 40), // other thread, no stack: nothing
+        ]);
+        assert_eq!(outcomes(&c), vec![(0, Some(6)), (1, Some(7)), (2, None)]);
+        assert_eq!(c.unresolved, 1);
+        // Resolved failures left nothing behind in the pending lists.
+        let left: usize = c
+            .by_thread
+            .values()
+            .chain(c.by_stack.values())
+            .map(Vec::len)
+            .sum();
+        assert_eq!(left, 2);
+    }
+
+    #[test]
+    fn an_allocation_before_the_failure_does_not_resolve_it() {
+        let c = classify(&[alloc(1, 7, 0, MemKind::Device, 100), failed(2, 7, 0, 100)]);
+        assert_eq!(outcomes(&c), vec![(0, None)]);
+    }
+
+    #[test]
+    fn when_full_the_oldest_transient_failure_makes_room() {
+        let mut records = Vec::new();
+        for i in 0..MAX_KEPT_FAILURES as u64 + 10 {
+            records.push(failed(2 * i, 7, 0, 10));
+            records.push(alloc(2 * i + 1, 7, 0, MemKind::Device, 10));
+        }
+        records.push(failed(1 << 40, 7, 0, 20));
+        let c = classify(&records);
+        assert_eq!(c.next_ordinal, MAX_KEPT_FAILURES as u64 + 11);
+        assert_eq!(c.kept.len(), MAX_KEPT_FAILURES);
+        let last = c.kept.values().last().unwrap();
+        assert_eq!(
+            (last.ordinal, last.is_final()),
+            (MAX_KEPT_FAILURES as u64 + 10, true)
+        );
+        assert_eq!(c.kept.values().next().unwrap().ordinal, 11);
+    }
+
+    #[test]
+    fn when_every_kept_failure_is_unresolved_new_ones_are_only_counted() {
+        let records: Vec<Record> = (0..MAX_KEPT_FAILURES as u64 + 3)
+            .map(|i| failed(i, 7, 0, 10))
+            .collect();
+        let c = classify(&records);
+        assert_eq!(c.kept.len(), MAX_KEPT_FAILURES);
+        assert_eq!(c.next_ordinal, MAX_KEPT_FAILURES as u64 + 3);
+        assert_eq!(
+            c.kept.values().last().unwrap().ordinal,
+            MAX_KEPT_FAILURES as u64 - 1
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! The text form of `gpumemprof oom`: one screen (about 40 lines with the default
+//! `--top 5 --frames 5`). The verdict comes first; each list entry is one line whose call
+//! site is a chain of its innermost frames.
+
+use std::io::{self, Write};
+
+use super::{short_frame, OomReport};
+use crate::report::write_frames;
+use crate::symbolize::Frame;
+use crate::units;
+
+/// Frames in the one-line chain of a list entry (at most `--frames`).
+const CHAIN_FRAMES: usize = 3;
+
+/// `f (file.c:12) < g (file.c:40) < main (file.c:99)`, innermost first.
+fn chain(stack: u64, frames: &[Frame]) -> String {
+    if frames.is_empty() {
+        return if stack == 0 {
+            "(no stack captured)".into()
+        } else {
+            format!("(stack {stack})")
+        };
+    }
+    let mut parts: Vec<String> = frames.iter().take(CHAIN_FRAMES).map(short_frame).collect();
+    if frames.len() > CHAIN_FRAMES {
+        parts.push("...".into());
+    }
+    parts.join(" < ")
+}
+
+pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
+    let b = units::bytes;
+    let (Some(f), Some(live)) = (&r.failure, &r.live) else {
+        // One line: nothing to explain.
+        let other = r.failure_counts.other_failed_allocations;
+        return if other > 0 {
+            writeln!(
+                out,
+                "no out-of-memory failure in {} ({} failed with other errors)",
+                r.trace.path,
+                units::plural(other, "allocation call", "allocation calls")
+            )
+        } else {
+            writeln!(out, "no out-of-memory failure in {}", r.trace.path)
+        };
+    };
+    r.trace.write_text(out)?;
+    writeln!(out, "{}", r.verdict)?;
+    writeln!(out)?;
+
+    let c = &r.failure_counts;
+    let not_kept = c.out_of_memory.saturating_sub(c.kept);
+    let more = if c.kept > 1 {
+        "; --index N shows another"
+    } else {
+        ""
+    };
+    let dropped = if not_kept > 0 {
+        format!(", {not_kept} more not kept")
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "failure {} of {} out of memory ({} transient, {} final{dropped}{more})",
+        f.index + 1,
+        c.kept,
+        c.transient,
+        c.r#final
+    )?;
+    let place = if f.kind == "pinned_host" {
+        String::new()
+    } else {
+        format!(" on device {}", units::device(f.device))
+    };
+    writeln!(
+        out,
+        "  {} of {} {} memory{place} at {}, thread {}, error {} (stack {}):",
+        f.api,
+        units::bytes_exact(f.size),
+        f.kind,
+        units::secs(f.time_ns),
+        f.tid,
+        f.result,
+        f.stack_id
+    )?;
+    write_frames(out, &f.frames, "      ")?;
+    if f.kind != "pinned_host" {
+        match (f.mem_free_bytes, f.mem_total_bytes) {
+            (Some(free), Some(total)) => writeln!(
+                out,
+                "  device {}: {} free of {} right after the failure",
+                units::device(f.device),
+                b(free),
+                b(total)
+            )?,
+            _ => writeln!(
+                out,
+                "  device {}: free memory not recorded",
+                units::device(f.device)
+            )?,
+        }
+    }
+    if let Some(n) = &r.nvml {
+        writeln!(
+            out,
+            "  NVML at {}: this process used {} (hooks tracked {}, {} untracked), other processes {}",
+            units::secs(n.time_ns),
+            b(n.process_used_bytes),
+            b(n.tracked_bytes),
+            b(n.untracked_bytes),
+            b(n.other_processes_bytes)
+        )?;
+    }
+    match &f.retry {
+        None => writeln!(
+            out,
+            "  final: no later allocation of {} or more of this memory succeeded, on thread {} or from stack {}",
+            b(f.size),
+            f.tid,
+            f.stack_id
+        )?,
+        Some(retry) => {
+            let who = if retry.same_thread {
+                "same thread".to_string()
+            } else {
+                format!("thread {}, same stack", retry.tid)
+            };
+            writeln!(
+                out,
+                "  transient: {} of {} succeeded {} later ({who})",
+                retry.api,
+                b(retry.size),
+                units::secs(retry.time_ns.saturating_sub(f.time_ns))
+            )?
+        }
+    }
+    if let Some(hint) = &r.hint {
+        writeln!(out, "  hint: {hint}")?;
+    }
+
+    let kinds: Vec<String> = live
+        .by_kind
+        .iter()
+        .map(|k| format!("{} {}", k.kind, b(k.bytes)))
+        .collect();
+    writeln!(
+        out,
+        "\nlive at the failure: {} in {} ({}), {}",
+        units::bytes_exact(live.bytes),
+        units::plural(live.count, "allocation", "allocations"),
+        kinds.join(", "),
+        units::plural(live.sites_total, "call site", "call sites")
+    )?;
+    for s in &live.sites {
+        writeln!(
+            out,
+            "  {:>10}  {:>9}  {}",
+            b(s.bytes),
+            units::plural(s.count, "alloc", "allocs"),
+            chain(s.stack_id, &s.frames)
+        )?;
+    }
+    let shown = live
+        .sites
+        .iter()
+        .fold(0u64, |n, s| n.saturating_add(s.bytes));
+    let hidden = live.sites_total.saturating_sub(live.sites.len() as u64);
+    if hidden > 0 {
+        writeln!(
+            out,
+            "  {:>10} in {} more",
+            b(live.bytes.saturating_sub(shown)),
+            units::plural(hidden, "site", "sites")
+        )?;
+    }
+    if !live.largest.is_empty() {
+        writeln!(out, "\nlargest live allocations:")?;
+        for a in &live.largest {
+            writeln!(
+                out,
+                "  {:>10}  {:<11} at {:>9}  {}",
+                b(a.size),
+                a.kind,
+                units::secs(a.time_ns),
+                chain(a.stack_id, &a.frames)
+            )?;
+        }
+    }
+    if let Some(g) = &r.growth {
+        let sign = if g.growth_bytes < 0 { "-" } else { "+" };
+        writeln!(
+            out,
+            "\nin the {} before the failure: {} -> {} ({sign}{})",
+            units::secs(g.window_ns),
+            b(g.bytes_at_start),
+            b(g.bytes_at_failure),
+            b(g.growth_bytes.unsigned_abs())
+        )?;
+        if g.sites.is_empty() {
+            writeln!(out, "  no call site grew")?;
+        }
+        for s in &g.sites {
+            writeln!(
+                out,
+                "  {:>11}  ({} -> {})  {}",
+                format!("+{}", b(s.growth_bytes.unsigned_abs())),
+                b(s.bytes_at_start),
+                b(s.bytes_at_failure),
+                chain(s.stack_id, &s.frames)
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! Per-thread memos of the last stacks walked, so that a loop's allocations compare
+//! their stack with the last one instead of unwinding it again.
+//!
+//! ```text
+//!  a walk's states:  s0 (registers at the capture)  s1  s2 ... sn    each (sp, rbp, ra)
+//!                    plus every stack word the walk read after each state
+//!  a new walk reaches a state with the sp, ra (and rbp, where a later rule reads it)
+//!  of a remembered state sk, and every word read after sk still holds its value
+//!      ⇒ the rest of the walk is s(k+1) ... sn: their return addresses are copied
+//! ```
+//!
+//! The walk is a pure function of the register state, the stack words it reads and the
+//! rules (fixed within an epoch). If the state at a frame and every word read above it
+//! are unchanged, walking on reproduces the remembered frames, so they are copied: a
+//! comparison of independent loads in place of a chain of dependent ones (rule lookup,
+//! CFA, return address, next rule). Usually the very first state matches (the same
+//! hook called from the same place), and no rule is looked up at all.
+//!
+//! Only what the walk depends on is compared: an rbp value that no later rule reads
+//! (code without frame pointers keeps loop counters in rbp, saved by the callee and
+//! restored by the unwinder only to be overwritten a frame later) is neither compared
+//! at its state nor kept as a word; otherwise a loop's own counter would make every
+//! memo stale.
+
+use std::cell::Cell;
+use std::mem::MaybeUninit;
+
+/// States remembered: the default 64 program frames, the shim's frames and the first
+/// state. A longer walk is not remembered (it is walked in full every time).
+pub const STATES: usize = 80;
+/// Words read per step at most: the return address, rbp (from its save slot or through
+/// the stack-realignment pointer) and the realignment pointer itself.
+pub const WORDS: usize = 3 * STATES;
+/// Memos per thread: an allocation and its free come from different hooks (different
+/// shim frames), and each keeps its own.
+pub const SLOTS: usize = 2;
+
+/// One remembered walk (thread-local, const-initialised, no Drop).
+pub struct Memo {
+    /// The rules' epoch it was walked in; 0: empty.
+    epoch: Cell<u64>,
+    /// The shim's address range it skipped.
+    skip: Cell<(u64, u64)>,
+    /// When it was last stored or used (for replacement).
+    used: Cell<u64>,
+    n: Cell<usize>,
+    /// The first state whose return address was recorded (the rest follow it).
+    first_emitted: Cell<usize>,
+    /// It stopped because the output was full (states beyond it were not walked).
+    full: Cell<bool>,
+    sp: [Cell<u64>; STATES],
+    bp: [Cell<u64>; STATES],
+    ra: [Cell<u64>; STATES],
+    /// Whether a later rule reads the rbp of state i (else it is not compared).
+    bp_needed: [Cell<bool>; STATES],
+    /// Whether the walk had left the shim at state i.
+    in_program: [Cell<bool>; STATES],
+    /// Where the words read after state i start in `words`.
+    first_word: [Cell<u16>; STATES],
+    /// The lowest address among the words read after state i.
+    lowest: [Cell<u64>; STATES],
+    n_words: Cell<usize>,
+    /// (address, value) of every stack word the walk read, in order.
+    words: [Cell<(u64, u64)>; WORDS],
+}
+
+/// What comparing the walk with a memo at one state found.
+pub enum Resume {
+    /// The stack from here on is the remembered one: the walk is complete (frames).
+    Done(usize),
+    /// Not the remembered state (the walk goes on, and may meet a later one).
+    Differs,
+    /// The remembered state, but a word read after it changed: the memo can only be
+    /// met again from this state on (the words after it are all unchanged).
+    Stale(usize),
+}
+
+/// The state a walk is in, as compared with the memos.
+#[derive(Clone, Copy)]
+pub struct State {
+    pub sp: u64,
+    pub bp: u64,
+    /// The return address (for the first state, the instruction pointer + 1).
+    pub ra: u64,
+    pub in_program: bool,
+}
+
+impl Memo {
+    pub const fn new() -> Memo {
+        Memo {
+            epoch: Cell::new(0),
+            skip: Cell::new((0, 0)),
+            used: Cell::new(0),
+            n: Cell::new(0),
+            first_emitted: Cell::new(0),
+            full: Cell::new(false),
+            sp: [const { Cell::new(0) }; STATES],
+            bp: [const { Cell::new(0) }; STATES],
+            ra: [const { Cell::new(0) }; STATES],
+            bp_needed: [const { Cell::new(false) }; STATES],
+            in_program: [const { Cell::new(false) }; STATES],
+            first_word: [const { Cell::new(0) }; STATES],
+            lowest: [const { Cell::new(0) }; STATES],
+            n_words: Cell::new(0),
+            words: [const { Cell::new((0, 0)) }; WORDS],
+        }
+    }
+
+    /// States remembered for this epoch and shim range (0 if none).
+    #[inline(always)]
+    pub fn len(&self, epoch: u64, skip: (u64, u64)) -> usize {
+        if self.epoch.get() == epoch && self.skip.get() == skip {
+            self.n.get()
+        } else {
+            0
+        }
+    }
+
+    #[inline(always)]
+    pub fn sp(&self, k: usize) -> u64 {
+        self.sp[k].get()
+    }
+
+    #[inline(always)]
+    pub fn used(&self) -> u64 {
+        self.used.get()
+    }
+
+    #[inline(always)]
+    pub fn full(&self) -> bool {
+        self.full.get()
+    }
+
+    /// If the walk is at remembered state `k` and every word read after it is
+    /// unchanged, copies the frames recorded after `k` to `out[m..]`.
+    ///
+    /// # Safety
+    /// `lo..top` is this thread's readable stack, the words were read (so lie below
+    /// `top`) by a walk of this thread, and `k` is below `len`.
+    #[inline(always)]
+    pub unsafe fn resume(
+        &self,
+        k: usize,
+        s: State,
+        lo: u64,
+        out: &mut [MaybeUninit<u64>],
+        m: usize,
+        now: u64,
+    ) -> Resume {
+        if self.ra[k].get() != s.ra
+            || self.in_program[k].get() != s.in_program
+            || (self.bp_needed[k].get() && self.bp[k].get() != s.bp)
+        {
+            return Resume::Differs;
+        }
+        let n = self.n.get();
+        let from = (k + 1).max(self.first_emitted.get());
+        let rest = n - from.min(n);
+        let room = out.len() - m;
+        if self.full.get() && rest < room {
+            // The last walk stopped early: the frames this one has room for are unknown.
+            return Resume::Differs;
+        }
+        if self.lowest[k].get() < lo {
+            return Resume::Stale(n);
+        }
+        // Four words at a time without a branch (independent loads the CPU overlaps),
+        // then a stop at the first group with a change: the innermost words are the
+        // likeliest to differ (another call site), and the rest need not be read.
+        let first = self.first_word[k].get() as usize;
+        let words = &self.words[first..self.n_words.get()];
+        let differs = |w: &Cell<(u64, u64)>| {
+            let (a, v) = w.get();
+            (a as *const u64).read() ^ v
+        };
+        let mut chunks = words.chunks_exact(4);
+        let mut done = 0;
+        for c in &mut chunks {
+            if differs(&c[0]) | differs(&c[1]) | differs(&c[2]) | differs(&c[3]) != 0 {
+                return Resume::Stale(self.after_change(k, first + done + 3));
+            }
+            done += 4;
+        }
+        for w in chunks.remainder() {
+            if differs(w) != 0 {
+                return Resume::Stale(self.after_change(k, first + done));
+            }
+            done += 1;
+        }
+        let take = rest.min(room);
+        for (o, r) in out[m..m + take].iter_mut().zip(&self.ra[from..from + take]) {
+            *o = MaybeUninit::new(r.get());
+        }
+        self.used.set(now);
+        Resume::Done(m + take)
+    }
+
+    /// The first state after `k` whose words all come after word `changed` (`n` if
+    /// none): the stack changed below it (another call site, a different frame), and
+    /// it may still be met; its own words are compared then.
+    #[cold]
+    #[inline(never)]
+    fn after_change(&self, k: usize, changed: usize) -> usize {
+        (k + 1..self.n.get())
+            .find(|&s| self.first_word[s].get() as usize > changed)
+            .unwrap_or(self.n.get())
+    }
+
+    /// Forgets the walk (benchmarks: the cost of a walk that cannot use it).
+    #[cfg(test)]
+    pub fn forget(&self) {
+        self.epoch.set(0);
+    }
+
+    /// Remembers a complete walk.
+    pub fn store(&self, rec: &Record, epoch: u64, skip: (u64, u64), full: bool, now: u64) {
+        self.epoch.set(0);
+        if rec.overflow {
+            return;
+        }
+        let n = rec.n;
+        for i in 0..rec.words {
+            // SAFETY: the record initialised its first `n` states and `words` words.
+            self.words[i].set(unsafe { rec.words_[i].assume_init() });
+        }
+        // Walking back, the lowest address read after each state.
+        let mut lowest = u64::MAX;
+        let mut w = rec.words;
+        let mut first_emitted = n;
+        for i in (0..n).rev() {
+            // SAFETY: as above.
+            let first = unsafe { rec.first_word[i].assume_init() };
+            while w > first as usize {
+                w -= 1;
+                // SAFETY: as above.
+                lowest = lowest.min(unsafe { rec.words_[w].assume_init() }.0);
+            }
+            // SAFETY: as above.
+            let in_program = unsafe {
+                self.sp[i].set(rec.sp[i].assume_init());
+                self.bp[i].set(rec.bp[i].assume_init());
+                self.ra[i].set(rec.ra[i].assume_init());
+                self.bp_needed[i].set(rec.bp_needed[i].assume_init());
+                rec.in_program[i].assume_init()
+            };
+            self.in_program[i].set(in_program);
+            self.first_word[i].set(first);
+            self.lowest[i].set(lowest);
+            if i > 0 && in_program {
+                first_emitted = i;
+            }
+        }
+        self.n.set(n);
+        self.n_words.set(rec.words);
+        self.first_emitted.set(first_emitted);
+        self.full.set(full);
+        self.skip.set(skip);
+        self.used.set(now);
+        self.epoch.set(epoch);
+    }
+}
+
+/// The walk in progress, recorded on the stack (uninitialised until written).
+pub struct Record {
+    n: usize,
+    words: usize,
+    /// More states or words than a memo holds: nothing is remembered.
+    overflow: bool,
+    // One array per field: written a field at a time from registers, never copied as a
+    // struct (a wide load of narrow stores stalls store forwarding).
+    sp: [MaybeUninit<u64>; STATES],
+    bp: [MaybeUninit<u64>; STATES],
+    ra: [MaybeUninit<u64>; STATES],
+    in_program: [MaybeUninit<bool>; STATES],
+    bp_needed: [MaybeUninit<bool>; STATES],
+    first_word: [MaybeUninit<u16>; STATES],
+    words_: [MaybeUninit<(u64, u64)>; WORDS],
+}
+
+impl Record {
+    #[inline(always)]
+    pub fn new() -> Record {
+        Record {
+            n: 0,
+            words: 0,
+            overflow: false,
+            sp: [MaybeUninit::uninit(); STATES],
+            bp: [MaybeUninit::uninit(); STATES],
+            ra: [MaybeUninit::uninit(); STATES],
+            in_program: [MaybeUninit::uninit(); STATES],
+            bp_needed: [MaybeUninit::uninit(); STATES],
+            first_word: [MaybeUninit::uninit(); STATES],
+            words_: [MaybeUninit::uninit(); WORDS],
+        }
+    }
+
+    /// A state of the walk (the first, or the one after a step).
+    #[inline(always)]
+    pub fn state(&mut self, s: State) {
+        let i = self.n;
+        if i >= STATES {
+            self.overflow = true;
+            return;
+        }
+        self.sp[i] = MaybeUninit::new(s.sp);
+        self.bp[i] = MaybeUninit::new(s.bp);
+        self.ra[i] = MaybeUninit::new(s.ra);
+        self.in_program[i] = MaybeUninit::new(s.in_program);
+        self.bp_needed[i] = MaybeUninit::new(false);
+        self.first_word[i] = MaybeUninit::new(self.words as u16);
+        self.n = i + 1;
+    }
+
+    /// States recorded so far.
+    #[inline(always)]
+    pub fn states(&self) -> usize {
+        self.n
+    }
+
+    /// Words recorded so far (the index the next one gets).
+    #[inline(always)]
+    pub fn words(&self) -> usize {
+        self.words
+    }
+
+    /// A rule read rbp: the states from `from` on hold the value it read.
+    #[inline(always)]
+    pub fn bp_read(&mut self, from: usize) {
+        for i in from..self.n.min(STATES) {
+            self.bp_needed[i] = MaybeUninit::new(true);
+        }
+    }
+
+    /// Word `i`, an rbp value no rule read, is not to be compared: it becomes a copy of
+    /// the word before it (the same step's return address, compared anyway).
+    #[inline(always)]
+    pub fn forget_word(&mut self, i: usize) {
+        if i > 0 && i < self.words {
+            self.words_[i] = self.words_[i - 1];
+        }
+    }
+
+    /// Completes a walk that met `src`'s state `k` as its state `s` (not yet recorded)
+    /// with `src`'s states and words from there on, so that the next walk from the same
+    /// place meets the result at its first state. `bp_word`/`bp_since` are the walk's
+    /// pending rbp word and the first state holding the current rbp.
+    #[cold]
+    pub fn join(
+        &mut self,
+        s: State,
+        src: &Memo,
+        k: usize,
+        bp_word: Option<usize>,
+        bp_since: usize,
+    ) {
+        let needed = src.bp_needed[k].get();
+        if needed {
+            self.bp_read(bp_since);
+        } else if let Some(i) = bp_word {
+            self.forget_word(i);
+        }
+        let base = self.words;
+        let src_first = src.first_word[k].get() as usize;
+        self.state(s);
+        if let Some(i) = self.n.checked_sub(1) {
+            self.bp_needed[i] = MaybeUninit::new(needed);
+        }
+        for i in src_first..src.n_words.get() {
+            let (a, v) = src.words[i].get();
+            self.word(a, v);
+        }
+        for i in k + 1..src.n.get() {
+            let j = self.n;
+            if j >= STATES {
+                self.overflow = true;
+                return;
+            }
+            self.sp[j] = MaybeUninit::new(src.sp[i].get());
+            self.bp[j] = MaybeUninit::new(src.bp[i].get());
+            self.ra[j] = MaybeUninit::new(src.ra[i].get());
+            self.in_program[j] = MaybeUninit::new(src.in_program[i].get());
+            self.bp_needed[j] = MaybeUninit::new(src.bp_needed[i].get());
+            let first = base + (src.first_word[i].get() as usize - src_first);
+            self.first_word[j] = MaybeUninit::new(first as u16);
+            self.n = j + 1;
+        }
+    }
+
+    /// A stack word the walk read.
+    #[inline(always)]
+    pub fn word(&mut self, addr: u64, val: u64) {
+        let i = self.words;
+        if i >= WORDS {
+            self.overflow = true;
+            return;
+        }
+        self.words_[i] = MaybeUninit::new((addr, val));
+        self.words = i + 1;
+    }
+}

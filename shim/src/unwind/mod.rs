@@ -1,0 +1,595 @@
+//! The fast unwinder: the stack's return addresses from unwind rules cached per code
+//! address, and a per-thread memo of the last stacks, so that a loop's allocations
+//! compare their stack with the last one instead of unwinding it again.
+//!
+//! ```text
+//!  rip, rsp, rbp read at the capture point (inline asm)
+//!   └► state (sp, rbp, ra) ── same as a remembered state, and every stack word read
+//!      │                      after it unchanged? ─► copy the remembered frames, done
+//!      │                      (memo.rs: usually at the first state, ~1 ns a word)
+//!      └► rule = rules::get(ra - 1)                lock-free, one cache line
+//!           miss ─► cfi::Slow::rule_for            once per address, under a try-lock
+//!         CFA = rsp|rbp + off (or *(rbp + off)); ra = *(CFA - 8); rbp = *(CFA|rbp + off)
+//!         every read within [first rsp, this thread's stack top), every CFA above the
+//!         last; the next state
+//! ```
+//!
+//! Whatever it cannot do exactly as libgcc would, it does not do: a rule it has no
+//! encoding for (a signal frame, a CFA in a register other than rsp/rbp, an address
+//! outside every object or without unwind info), a read that would leave the stack, a
+//! stack pointer outside the thread's own stack, or a contended slow-path lock makes
+//! `capture` return `None`, and the caller takes the whole stack from the slow (libgcc)
+//! unwinder instead. A truncated or different stack is never returned;
+//! `GPUMEMPROF_UNWIND=check` compares the two on every event.
+//!
+//! The rule cache is keyed by address and epoch; the epoch moves when the loader's
+//! counters do (`note_loader_generation`, fed by the writer's module scan), so rules of
+//! an unloaded object are not applied to another one mapped at its addresses later.
+//! What is left open: an object unloaded and a different one mapped at exactly the same
+//! return addresses within one writer round (`GPUMEMPROF_FLUSH_MS`).
+
+pub mod cfi;
+mod memo;
+pub mod rules;
+
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The rule cache's current epoch (never 0 in its low 16 bits).
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+/// The loader's (adds, subs) last seen, folded into one word.
+static LOADER_GEN: AtomicU64 = AtomicU64::new(0);
+/// Whether `_dl_find_object` exists (set at initialisation).
+static READY: AtomicBool = AtomicBool::new(false);
+/// Stacks the fast path handed to the slow unwinder (diagnostics: `GPUMEMPROF_UNWIND=check`).
+pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// The slow path's state; `None` until the first miss (it allocates gimli's storage
+/// once). Only ever `try_lock`ed on the hot path: a thread never waits for it.
+static SLOW: Mutex<Option<cfi::Slow>> = Mutex::new(None);
+
+/// Frames walked per capture at most, shim frames included (the stack pointer also
+/// rises strictly at every step, so this only bounds a pathological stack).
+const MAX_STEPS: usize = 1024;
+
+/// What the fast path keeps per thread (const-initialised, no Drop: about 14 KiB).
+struct Thread {
+    /// This thread's stack: [bottom, top); top 0: unknown yet, 1: unknowable.
+    bottom: Cell<u64>,
+    top: Cell<u64>,
+    memos: Memos,
+}
+
+thread_local! {
+    static THREAD: Thread = const {
+        Thread {
+            bottom: Cell::new(0),
+            top: Cell::new(0),
+            memos: Memos {
+                slots: [const { memo::Memo::new() }; memo::SLOTS],
+                clock: Cell::new(0),
+            },
+        }
+    };
+}
+
+/// Enables the fast path if glibc has `_dl_find_object` (2.35 and later). Called at
+/// initialisation, from any thread, before the first capture that should be fast.
+pub fn init() -> bool {
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a plain function; called once.
+        unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) };
+    });
+    let ok = cfi::init();
+    READY.store(ok, Ordering::Release);
+    ok
+}
+
+/// In a fork child: a lock that another thread of the parent held stays held forever;
+/// take a fresh slow-path state instead (the old one is leaked, never dropped).
+extern "C" fn child_after_fork() {
+    if SLOW.is_locked() {
+        // SAFETY: the child's only thread; the holder no longer exists.
+        unsafe {
+            std::ptr::write(SLOW.data_ptr(), None);
+            SLOW.force_unlock();
+        }
+    }
+}
+
+/// The loader's counters as just read by `modules::generation`: when they moved,
+/// every cached rule is retired (an unloaded object's addresses may be reused).
+pub fn note_loader_generation((adds, subs): (u64, u64)) {
+    let g = adds.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ subs;
+    if LOADER_GEN.swap(g, Ordering::AcqRel) == g {
+        return;
+    }
+    let e = rules::next_epoch(EPOCH.load(Ordering::Relaxed));
+    if e & 0xFFFF == 1 {
+        // The 16-bit epoch of the keys wrapped: old keys could match again.
+        let _g = SLOW.lock();
+        rules::clear();
+    }
+    EPOCH.store(e, Ordering::Release);
+}
+
+/// The current stack's return addresses, innermost first, frames inside `[skip_lo,
+/// skip_hi)` (the shim) skipped as the slow path skips them; `None`: take the slow path.
+#[inline(never)]
+pub fn capture(out: &mut [MaybeUninit<u64>], skip_lo: u64, skip_hi: u64) -> Option<usize> {
+    if !READY.load(Ordering::Relaxed) {
+        return None;
+    }
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers; touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    let r = THREAD
+        .try_with(|t| {
+            let top = t.stack_top()?;
+            // Not on this thread's own stack (an alternate signal stack, a coroutine's):
+            // its bounds are unknown, so nothing is read.
+            if sp < t.bottom.get() || sp >= top {
+                return None;
+            }
+            let start = Regs { ip, sp, bp };
+            walk(out, start, top, skip_lo, skip_hi, &t.memos)
+        })
+        .ok()
+        .flatten();
+    if r.is_none() {
+        FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
+/// Where a walk starts: an instruction pointer and the stack and frame pointers there.
+#[derive(Clone, Copy)]
+struct Regs {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+}
+
+/// The walk from a known register state. `start.sp..top` is the readable part of the
+/// stack. States are compared with (and remembered in) `memos`.
+#[inline(always)]
+fn walk(
+    out: &mut [MaybeUninit<u64>],
+    start: Regs,
+    top: u64,
+    skip_lo: u64,
+    skip_hi: u64,
+    memos: &Memos,
+) -> Option<usize> {
+    let Regs { ip, mut sp, mut bp } = start;
+    let lo = sp;
+    let last = top.checked_sub(8)?;
+    // A word at `a` may be read if it lies wholly in [lo, top).
+    let readable = |a: u64| a >= lo && a <= last;
+    // SAFETY (for every `read`): only called on addresses `readable` accepted, which lie
+    // in this thread's own stack between the current stack pointer and its top.
+    let read = |a: u64| unsafe { (a as *const u64).read() };
+    if out.is_empty() {
+        return Some(0);
+    }
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let skip = (skip_lo, skip_hi);
+    let in_shim = |a: u64| a >= skip_lo && a < skip_hi;
+    let now = memos.clock.get() + 1;
+    memos.clock.set(now);
+    // Per memo: states remembered, and the first one not below the current state (or
+    // the first one after a change found in its words).
+    let mut len = [0; memo::SLOTS];
+    for (l, m) in len.iter_mut().zip(&memos.slots) {
+        *l = m.len(epoch, skip);
+    }
+    let mut k = [0; memo::SLOTS];
+    let mut stale = None;
+    let mut rec = memo::Record::new();
+    // The recorded word holding the current rbp while no rule has read it, and the first
+    // recorded state that holds the current rbp.
+    let mut bp_word: Option<usize> = None;
+    let mut bp_since = 0;
+    // Inside the shim (the first frame is this function) until the first program frame.
+    let mut in_program = !in_shim(ip);
+    let mut n = 0;
+    // The first state: the instruction pointer stands for a return address one past it.
+    let mut ra = ip + 1;
+    for _ in 0..MAX_STEPS {
+        let s = memo::State {
+            sp,
+            bp,
+            ra,
+            in_program,
+        };
+        for j in 0..memo::SLOTS {
+            let m = &memos.slots[j];
+            while k[j] < len[j] && m.sp(k[j]) < sp {
+                k[j] += 1;
+            }
+            if k[j] < len[j] && m.sp(k[j]) == sp {
+                // SAFETY: `lo..top` is this thread's stack; the memo is this thread's.
+                match unsafe { m.resume(k[j], s, lo, out, n, now) } {
+                    memo::Resume::Done(total) => {
+                        if rec.states() > 0 {
+                            // Met past its first state: remember the whole walk, so
+                            // that the next one from here is met at once.
+                            rec.join(s, m, k[j], bp_word, bp_since);
+                            let other = memos.least_recent_except(j);
+                            memos.remember(&rec, Some(other), epoch, skip, m.full(), now);
+                        }
+                        return Some(total);
+                    }
+                    memo::Resume::Differs => {}
+                    memo::Resume::Stale(next) => {
+                        k[j] = next;
+                        stale = Some(j);
+                    }
+                }
+            }
+        }
+        rec.state(s);
+        // The walk found every frame itself: remembered for the next one.
+        let end = |rec: &mut memo::Record, bp_word: Option<usize>, full: bool| {
+            if let Some(i) = bp_word {
+                rec.forget_word(i);
+            }
+            memos.remember(rec, stale, epoch, skip, full, now);
+        };
+        if in_program && n == out.len() {
+            end(&mut rec, bp_word, true);
+            return Some(n);
+        }
+        let lookup = ra - 1;
+        if lookup > rules::MAX_ADDRESS {
+            return None;
+        }
+        let key = rules::key(lookup, epoch);
+        let w = match rules::get(lookup, key) {
+            Some(w) => w,
+            None => miss(lookup, key)?,
+        };
+        match w & rules::KIND_MASK {
+            rules::KIND_STEP => {}
+            rules::KIND_END => {
+                end(&mut rec, bp_word, false);
+                return Some(n);
+            }
+            _ => return None,
+        }
+        let cfa_off = rules::cfa_off(w);
+        let base = rules::base(w);
+        let saved = rules::rbp_saved(w);
+        if base != rules::BASE_RSP || saved == rules::RBP_AT_RBP {
+            // This rule reads rbp: its value (and the word it came from) matters.
+            bp_word = None;
+            rec.bp_read(bp_since);
+            bp_since = rec.states();
+        }
+        let cfa = match base {
+            rules::BASE_RSP => sp.wrapping_add(cfa_off),
+            rules::BASE_RBP => bp.wrapping_add(cfa_off),
+            _ => {
+                let at = bp.wrapping_add(cfa_off);
+                if !readable(at) {
+                    return None;
+                }
+                let v = read(at);
+                rec.word(at, v);
+                v
+            }
+        };
+        // The caller's frame lies above this one, and its return address on the stack.
+        let ra_at = cfa.wrapping_sub(8);
+        if cfa <= sp || ra_at < sp || !readable(ra_at) {
+            return None;
+        }
+        ra = read(ra_at);
+        rec.word(ra_at, ra);
+        if saved != rules::RBP_SAME {
+            let from = if saved == rules::RBP_AT_CFA { cfa } else { bp };
+            let at = from.wrapping_add(rules::rbp_off(w));
+            if !readable(at) {
+                return None;
+            }
+            bp = read(at);
+            if let Some(i) = bp_word {
+                rec.forget_word(i);
+            }
+            bp_word = Some(rec.words());
+            rec.word(at, bp);
+            bp_since = rec.states();
+        }
+        sp = cfa;
+        if ra == 0 {
+            end(&mut rec, bp_word, false);
+            return Some(n);
+        }
+        if !in_program && !in_shim(ra) {
+            in_program = true;
+        }
+        if in_program {
+            out[n] = MaybeUninit::new(ra);
+            n += 1;
+        }
+    }
+    None
+}
+
+/// The memos of one thread.
+struct Memos {
+    slots: [memo::Memo; memo::SLOTS],
+    /// Counts this thread's walks (for replacing the least recently used memo).
+    clock: Cell<u64>,
+}
+
+impl Memos {
+    /// Remembers a walk that found every frame itself, in place of the memo found out
+    /// of date, else of the least recently used one.
+    fn remember(
+        &self,
+        rec: &memo::Record,
+        stale: Option<usize>,
+        epoch: u64,
+        skip: (u64, u64),
+        full: bool,
+        now: u64,
+    ) {
+        let j = stale.unwrap_or_else(|| self.least_recent_except(memo::SLOTS));
+        self.slots[j].store(rec, epoch, skip, full, now);
+    }
+
+    /// The least recently used memo other than `j`.
+    fn least_recent_except(&self, j: usize) -> usize {
+        (0..memo::SLOTS)
+            .filter(|&i| i != j)
+            .min_by_key(|&i| self.slots[i].used())
+            .unwrap_or(0)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn miss(addr: u64, key: u64) -> Option<u64> {
+    let mut slow = SLOW.try_lock()?;
+    if let Some(w) = rules::get(addr, key) {
+        return Some(w);
+    }
+    let rule = slow.get_or_insert_with(cfi::Slow::new).rule_for(addr);
+    let w = rule.pack();
+    rules::insert(addr, key, w);
+    Some(w)
+}
+
+impl Thread {
+    /// This thread's stack top, its bounds found once per thread; `None` if they cannot
+    /// be known.
+    #[inline(always)]
+    fn stack_top(&self) -> Option<u64> {
+        let mut t = self.top.get();
+        if t == 0 {
+            let (bottom, top) = find_stack().unwrap_or((0, 1));
+            self.bottom.set(bottom);
+            self.top.set(top);
+            t = top;
+        }
+        (t > 1).then_some(t)
+    }
+}
+
+/// This thread's stack, [lowest address, highest + 1), from its pthread attributes
+/// (once per thread: for the main thread glibc reads /proc/self/maps).
+#[cold]
+fn find_stack() -> Option<(u64, u64)> {
+    // SAFETY: the attribute object is initialised by pthread_getattr_np before use and
+    // destroyed after; the out-parameters are locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 || addr.is_null() {
+            return None;
+        }
+        Some((addr as u64, (addr as u64).checked_add(size as u64)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `depth` real frames, then both unwinders from the same function.
+    #[inline(never)]
+    fn nested(depth: u32, fast: &mut Vec<u64>, slow: &mut Vec<u64>) -> u32 {
+        if depth > 0 {
+            let r = nested(depth - 1, fast, slow);
+            return std::hint::black_box(r + 1);
+        }
+        let mut a = [MaybeUninit::<u64>::uninit(); 128];
+        let n = capture(&mut a, 0, 0).expect("fast path");
+        fast.extend(a[..n].iter().map(|f| unsafe { f.assume_init() }));
+        let mut b = [MaybeUninit::<u64>::uninit(); 128];
+        let m = crate::stack::capture_slow(&mut b);
+        slow.extend(b[..m].iter().map(|f| unsafe { f.assume_init() }));
+        0
+    }
+
+    /// The two stacks from their first common frame: the frames inside each unwinder
+    /// differ, everything from the caller of `nested`'s innermost call outwards must not.
+    fn common_tail<'a>(fast: &'a [u64], slow: &'a [u64]) -> (&'a [u64], &'a [u64]) {
+        let i = fast
+            .iter()
+            .position(|a| slow.contains(a))
+            .expect("a common frame");
+        let j = slow.iter().position(|a| *a == fast[i]).unwrap();
+        (&fast[i..], &slow[j..])
+    }
+
+    #[test]
+    fn fast_frames_equal_libgcc_frames_on_this_thread_and_another() {
+        assert!(init());
+        for _ in 0..3 {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            nested(20, &mut fast, &mut slow);
+            let (f, s) = common_tail(&fast, &slow);
+            assert!(f.len() > 20, "{fast:x?}\n{slow:x?}");
+            assert_eq!(f, s);
+            // At most this function's own frame and `capture` before the common part.
+            assert!(fast.len() - f.len() <= 2, "{fast:x?}\n{slow:x?}");
+        }
+        std::thread::spawn(|| {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            nested(30, &mut fast, &mut slow);
+            let (f, s) = common_tail(&fast, &slow);
+            assert!(f.len() > 30);
+            assert_eq!(f, s);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[inline(never)]
+    fn other_site(depth: u32, fast: &mut Vec<u64>, slow: &mut Vec<u64>) -> u32 {
+        let mut pad = [0u8; 48];
+        std::hint::black_box(&mut pad);
+        std::hint::black_box(nested(depth, fast, slow)) + pad[0] as u32
+    }
+
+    #[test]
+    fn the_memo_never_changes_the_frames_of_changing_stacks() {
+        assert!(init());
+        // Depths and call sites that change between captures, repeat, and change back:
+        // the memos are met at the first state, at a later one, found out of date.
+        for i in 0..200u32 {
+            let depth = [3, 3, 9, 3, 17, 17, 4][(i % 7) as usize] + (i / 50);
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            if i % 3 == 0 {
+                other_site(depth, &mut fast, &mut slow);
+            } else {
+                nested(depth, &mut fast, &mut slow);
+            }
+            let (f, s) = common_tail(&fast, &slow);
+            assert_eq!(f, s, "capture {i}");
+            assert!(
+                fast.len() - f.len() <= 2,
+                "capture {i}: {fast:x?}\n{slow:x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_garbage_register_state_is_refused_not_followed() {
+        assert!(init());
+        let mut out = [MaybeUninit::<u64>::uninit(); 64];
+        let here = a_garbage_register_state_is_refused_not_followed as *const () as u64;
+        let top = THREAD.with(|t| t.stack_top()).unwrap();
+        let sp = top - 4096;
+        let memos = Memos {
+            slots: [const { memo::Memo::new() }; memo::SLOTS],
+            clock: Cell::new(0),
+        };
+        let walk_from = |out: &mut [MaybeUninit<u64>], ip, sp| {
+            walk(out, Regs { ip, sp, bp: 0 }, top, 0, 0, &memos)
+        };
+        // An address in no object, a stack pointer above the top, and one whose caller's
+        // return address would lie above the top.
+        assert_eq!(walk_from(&mut out, 0x10, sp), None);
+        assert_eq!(walk_from(&mut out, here, top + 64), None);
+        assert_eq!(walk_from(&mut out, here, top), None);
+        assert_eq!(walk_from(&mut [], here, sp), Some(0));
+    }
+
+    #[test]
+    fn the_per_thread_state_stays_small() {
+        // Static TLS of every thread of the profiled process (the module comment's figure).
+        let size = std::mem::size_of::<Thread>();
+        assert!(size <= 14 * 1024, "{size} bytes");
+    }
+
+    #[test]
+    fn an_unload_retires_every_cached_rule() {
+        let e = EPOCH.load(Ordering::Relaxed);
+        note_loader_generation((1, 1));
+        note_loader_generation((1, 2));
+        assert_ne!(EPOCH.load(Ordering::Relaxed), e);
+        let e = EPOCH.load(Ordering::Relaxed);
+        note_loader_generation((1, 2));
+        assert_eq!(EPOCH.load(Ordering::Relaxed), e);
+    }
+}
+
+/// A micro-benchmark of the two unwinders at call depth 20 (not a test: it prints):
+/// `cargo test --release -p gpumemprof-shim --lib unwind::bench -- --ignored --nocapture`.
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use std::time::Instant;
+
+    #[inline(never)]
+    fn at_depth(depth: u32, f: &mut dyn FnMut()) -> u32 {
+        if depth > 0 {
+            let r = at_depth(depth - 1, f);
+            return std::hint::black_box(r + 1);
+        }
+        f();
+        0
+    }
+
+    /// Best (lowest) nanoseconds per capture over `rounds` batches of `per` captures:
+    /// the machine's other load only ever adds time.
+    fn best_ns(
+        rounds: u32,
+        per: u32,
+        capture: fn(&mut [MaybeUninit<u64>]) -> usize,
+    ) -> (f64, usize) {
+        let mut best = f64::MAX;
+        let mut frames = 0;
+        for _ in 0..rounds {
+            at_depth(20, &mut || {
+                let mut out = [MaybeUninit::<u64>::uninit(); 64];
+                let t = Instant::now();
+                for _ in 0..per {
+                    frames = capture(std::hint::black_box(&mut out));
+                }
+                best = best.min(t.elapsed().as_nanos() as f64 / per as f64);
+            });
+        }
+        (best, frames)
+    }
+
+    #[test]
+    #[ignore]
+    fn bench() {
+        assert!(init());
+        let fast = |o: &mut [MaybeUninit<u64>]| capture(o, 0, 0).unwrap_or(0);
+        let walked = |o: &mut [MaybeUninit<u64>]| {
+            THREAD.with(|t| t.memos.slots.iter().for_each(|m| m.forget()));
+            capture(o, 0, 0).unwrap_or(0)
+        };
+        let (f, nf) = best_ns(20, 20_000, fast);
+        let (w, nw) = best_ns(20, 20_000, walked);
+        let (s, ns) = best_ns(5, 2_000, crate::stack::capture_slow);
+        println!(
+            "unwind, depth 20: fast {f:.1} ns/stack ({nf} frames), fast without its memo \
+             {w:.1} ns/stack ({nw} frames), libgcc {s:.1} ns/stack ({ns} frames)"
+        );
+    }
+}

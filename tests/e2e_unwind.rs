@@ -1,0 +1,133 @@
+//! The fast unwinder against libgcc's: real programs under `GPUMEMPROF_UNWIND=check`,
+//! where the shim captures every event's stack with both unwinders at the same point and
+//! counts the differences (printed at exit), and the fast unwinder's own stacks of code
+//! built without frame pointers, symbolized by the analyzer.
+
+use gpumemprof_format::Record;
+use gpumemprof_tests::profiled::*;
+use gpumemprof_tests::source_line_of;
+
+/// (compared, differed, left to the slow unwinder) from the check line on stderr.
+fn check_counts(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("gpumemprof: unwind check: "))
+        .unwrap_or_else(|| panic!("no unwind check line in:\n{stderr}"));
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(n.len(), 3, "{line}");
+    (n[0], n[1], n[2])
+}
+
+fn alloc_and_free_events(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::Alloc(_) | Record::Free(_)))
+        .count() as u64
+}
+
+fn deepest_stack(records: &[Record]) -> usize {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack { frames, .. } => Some(frames.len()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Runs `name` in check mode; asserts every event's two stacks were equal and the fast
+/// unwinder needed no help. Returns the trace's records.
+fn assert_same_frames(name: &str, args: &[&str], events: u64) -> Vec<Record> {
+    let dir = scratch(&format!("unwind_check_{name}"));
+    let run = run_profiled(
+        &dir,
+        name,
+        args,
+        &[("GPUMEMPROF_UNWIND", "check"), ("GPUMEMPROF_QUIET", "1")],
+    );
+    let stderr = run.stderr();
+    assert_eq!(run.output.status.code(), Some(0), "{stderr}");
+    let (header, records) = decode(&run.trace);
+    assert_eq!(header["config"]["unwind"], "check");
+    assert_eq!(alloc_and_free_events(&records), events);
+    let (compared, differed, slow) = check_counts(&stderr);
+    assert_eq!(
+        (compared, differed, slow),
+        (events, 0, 0),
+        "{name}: every event compared, none differed, none left to libgcc\n{stderr}"
+    );
+    records
+}
+
+#[test]
+fn fast_and_libgcc_frames_are_equal_for_frame_pointer_code() {
+    // 1 + 5*20 allocations, 1 + 4*20 frees.
+    assert_same_frames("train_leak", &["20"], 182);
+    // 1000 warm-up and 2000 timed pairs, 20 frames of recurse() under each.
+    let records = assert_same_frames("bench_loop", &["cuda", "20", "2000", "4096"], 6000);
+    assert!(deepest_stack(&records) >= 24, "{}", deepest_stack(&records));
+}
+
+#[test]
+fn fast_and_libgcc_frames_are_equal_for_code_without_frame_pointers() {
+    // 50 rounds of a pair on the main thread and one on a new thread, then one kept.
+    let records = assert_same_frames("unwind_nofp", &["12", "50"], 201);
+    assert!(deepest_stack(&records) >= 20, "{}", deepest_stack(&records));
+}
+
+#[test]
+fn a_stack_through_generated_code_is_left_to_libgcc_and_equal() {
+    // The pair under the generated frame has no unwind rule there: both of its stacks are
+    // libgcc's, the rest the fast unwinder's; all equal.
+    let dir = scratch("unwind_check_jit");
+    let run = run_profiled(
+        &dir,
+        "unwind_nofp",
+        &["6", "2", "jit"],
+        &[("GPUMEMPROF_UNWIND", "check"), ("GPUMEMPROF_QUIET", "1")],
+    );
+    let stderr = run.stderr();
+    assert_eq!(run.output.status.code(), Some(0), "{stderr}");
+    assert_eq!(check_counts(&stderr), (2 * 5 + 1, 0, 2), "{stderr}");
+}
+
+#[test]
+fn fast_stacks_without_frame_pointers_name_every_function_in_order() {
+    let dir = scratch("unwind_nofp_fast");
+    let run = run_profiled(
+        &dir,
+        "unwind_nofp",
+        &["12", "3"],
+        &[("GPUMEMPROF_UNWIND", "fast")],
+    );
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let leaks = report("leaks", &run.trace, &["--frames", "0"]);
+    let groups = leaks["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{groups:#?}");
+    let frames = groups[0]["frames"].as_array().unwrap();
+    let line = source_line_of("tests/programs/unwind_nofp.c", "GPUMEMPROF-KEEP");
+    assert_eq!(frames[0]["function"], "alloc_pair", "{frames:#?}");
+    assert_eq!(frames[0]["line"], line);
+    let functions: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    let mut expected = vec!["alloc_pair"];
+    expected.extend(["recurse"; 13]);
+    expected.extend(["big_frame", "realigned"]);
+    // realigned_next tail-calls realigned (-O2): it has no frame of its own.
+    expected.extend([
+        "with_alloca",
+        "rbp_as_register",
+        "with_alloca",
+        "run",
+        "main",
+    ]);
+    assert!(functions.starts_with(&expected), "{functions:?}");
+    // Down to the C library's start code: nothing cut short.
+    assert!(functions.contains(&"__libc_start_main"), "{functions:?}");
+}

@@ -1,0 +1,475 @@
+//! End to end views: the bundled training loop (`examples/train_leak.c`, 20 steps) and the
+//! every-API program (`tests/programs/all_apis.c`, three out-of-memory failures) run under
+//! the shim; then `gpumemprof flamegraph`, `timeline`, `report` and `export` run on their
+//! traces, and the assertions are the programs' documented numbers: the leak's 20 MiB from
+//! one line, the 114 MiB peak, the three failed requests.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use gpumemprof_tests::profiled::*;
+use gpumemprof_tests::{repo_root, source_line_of};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+/// Documented in examples/train_leak.c for 20 steps.
+const LEAK: u64 = 20 * MIB;
+const PEAK: u64 = 114 * MIB;
+
+fn gpumemprof(args: &[&str]) -> Output {
+    analyzer().args(args).output().expect("run gpumemprof")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = gpumemprof(args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "gpumemprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 scratch path")
+}
+
+/// One profiled run of `name`, with its trace.
+fn traced(test: &str, name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    let dir = scratch(test);
+    let run = run_profiled(&dir, name, args, &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    (dir, run.trace)
+}
+
+/// The `<title>` texts of a flamegraph SVG, which must parse as XML.
+fn flamegraph_titles(svg: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(svg).expect("read the SVG");
+    let doc = roxmltree::Document::parse_with_options(
+        &text,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{} is not XML: {e}", svg.display()));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text().map(str::to_owned))
+        .collect()
+}
+
+/// `12,345,678` as inferno writes counts.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let groups: Vec<&str> = digits
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|g| std::str::from_utf8(g).expect("ASCII digits"))
+        .collect();
+    groups.join(",")
+}
+
+fn leak_frame() -> String {
+    let line = source_line_of("examples/train_leak.c", "GPUMEMPROF-LEAK");
+    format!("keep_for_logging (train_leak.c:{line})")
+}
+
+#[test]
+fn flamegraph_names_the_leaking_frame_with_its_bytes_at_the_peak_and_at_the_end() {
+    let (dir, trace) = traced("views_flamegraph", "train_leak", &["20"]);
+    let leak = format!("{} ({} bytes, ", leak_frame(), thousands(LEAK));
+
+    let peak_svg = dir.join("peak.svg");
+    let out = ok(&["flamegraph", path(&trace), "-o", path(&peak_svg)]);
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("wrote") && note.contains("114.0 MiB"),
+        "{note}"
+    );
+    let titles = flamegraph_titles(&peak_svg);
+    assert!(
+        titles.contains(&format!("all ({} bytes, 100%)", thousands(PEAK))),
+        "{titles:#?}"
+    );
+    assert!(titles.iter().any(|t| t.starts_with(&leak)), "{titles:#?}");
+    let weights = source_line_of("examples/train_leak.c", "GPUMEMPROF-WEIGHTS");
+    assert!(
+        titles.iter().any(|t| t.starts_with(&format!(
+            "main (train_leak.c:{weights}) ({} bytes",
+            thousands(64 * MIB)
+        ))),
+        "{titles:#?}"
+    );
+
+    let leaks_svg = dir.join("leaks.svg");
+    ok(&[
+        "flamegraph",
+        path(&trace),
+        "--leaks",
+        "-o",
+        path(&leaks_svg),
+    ]);
+    let titles = flamegraph_titles(&leaks_svg);
+    assert!(
+        titles.contains(&format!("all ({} bytes, 100%)", thousands(LEAK))),
+        "{titles:#?}"
+    );
+    assert!(titles.iter().any(|t| t.starts_with(&leak)), "{titles:#?}");
+
+    // Inverted: the allocating function sits right on the device root, with all its bytes.
+    let inverted = dir.join("inverted.svg");
+    ok(&[
+        "flamegraph",
+        path(&trace),
+        "--leaks",
+        "--inverted",
+        "-o",
+        path(&inverted),
+    ]);
+    assert!(flamegraph_titles(&inverted)
+        .iter()
+        .any(|t| t.starts_with(&leak)));
+
+    // Past the end, `--at` is the end.
+    let late = dir.join("late.svg");
+    ok(&[
+        "flamegraph",
+        path(&trace),
+        "--at",
+        "3600",
+        "-o",
+        path(&late),
+    ]);
+    assert!(flamegraph_titles(&late).contains(&format!("all ({} bytes, 100%)", thousands(LEAK))));
+
+    // An existing file is kept unless -f; the message says what to do.
+    let again = gpumemprof(&["flamegraph", path(&trace), "-o", path(&peak_svg)]);
+    assert_eq!(again.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("already exists; pass -f"), "{err}");
+    ok(&["flamegraph", path(&trace), "-o", path(&peak_svg), "-f"]);
+
+    // The loop never runs out of memory: --oom says so and what to use instead.
+    let oom = gpumemprof(&[
+        "flamegraph",
+        path(&trace),
+        "--oom",
+        "-o",
+        path(&dir.join("oom.svg")),
+    ]);
+    assert_eq!(oom.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&oom.stderr);
+    assert!(err.contains("no out-of-memory failure"), "{err}");
+    assert!(!dir.join("oom.svg").exists());
+}
+
+#[test]
+fn folded_export_has_the_leak_line_with_exactly_the_leaked_bytes() {
+    let (_dir, trace) = traced("views_folded", "train_leak", &["20"]);
+    let out = ok(&[
+        "export",
+        "--format",
+        "folded",
+        path(&trace),
+        "--leaks",
+        "-o",
+        "-",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one leaking stack: {text}");
+    let (stack, bytes) = lines[0].rsplit_once(' ').unwrap();
+    assert_eq!(bytes.parse::<u64>().unwrap(), LEAK);
+    let frames: Vec<&str> = stack.split(';').collect();
+    // The device root, then outermost first: ... main, train_step, keep_for_logging.
+    assert_eq!(frames[0], "[GPU 0 device]");
+    assert_eq!(frames.last().copied(), Some(leak_frame().as_str()));
+    assert!(frames[frames.len() - 2].starts_with("train_step (train_leak.c:"));
+    assert!(frames[frames.len() - 3].starts_with("main (train_leak.c:"));
+
+    // At the peak: six stacks that add up to the peak, the leak's among them.
+    let out = ok(&["export", "--format", "folded", path(&trace), "-o", "-"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let parsed: Vec<(&str, u64)> = text
+        .lines()
+        .map(|l| {
+            let (s, b) = l.rsplit_once(' ').unwrap();
+            (s, b.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(parsed.len(), 6, "{text}");
+    assert_eq!(parsed.iter().map(|(_, b)| b).sum::<u64>(), PEAK);
+    assert!(parsed
+        .iter()
+        .any(|(s, b)| s.ends_with(&leak_frame()) && *b == LEAK));
+}
+
+#[test]
+fn csv_timeline_peak_and_end_equal_summary() {
+    let (dir, trace) = traced("views_csv", "train_leak", &["20"]);
+    let csv = dir.join("timeline.csv");
+    ok(&["export", "--format", "csv", path(&trace), "-o", path(&csv)]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("start_ns,end_ns,device,kind,min_bytes,max_bytes,end_bytes")
+    );
+    let rows: Vec<Vec<String>> = lines
+        .map(|l| l.split(',').map(str::to_owned).collect())
+        .collect();
+    let num = |r: &Vec<String>, i: usize| r[i].parse::<u64>().unwrap();
+    let series = |device: &str, kind: &str| -> Vec<&Vec<String>> {
+        rows.iter()
+            .filter(|r| r[2] == device && r[3] == kind)
+            .collect()
+    };
+    let all = series("all", "all");
+    let dev0 = series("0", "device");
+    assert!(
+        !all.is_empty() && all.len() <= 2048,
+        "{} buckets",
+        all.len()
+    );
+    assert_eq!(all.len(), dev0.len());
+
+    let summary = report("summary", &trace, &[]);
+    let peak = summary["totals"]["peak_bytes"].as_u64().unwrap();
+    assert_eq!(peak, PEAK);
+    assert_eq!(all.iter().map(|r| num(r, 5)).max(), Some(peak));
+    assert_eq!(
+        dev0.iter().map(|r| num(r, 5)).max(),
+        summary["rows"][0]["peak_bytes"].as_u64()
+    );
+    assert_eq!(
+        all.last().map(|r| num(r, 6)),
+        summary["totals"]["live_bytes_at_end"].as_u64()
+    );
+    assert_eq!(all.last().map(|r| num(r, 6)), Some(LEAK));
+    // Buckets are contiguous, in time order, and min <= max.
+    for w in all.windows(2) {
+        assert_eq!(num(w[0], 1), num(w[1], 0));
+    }
+    assert!(all.iter().all(|r| num(r, 4) <= num(r, 5)));
+}
+
+#[test]
+fn chrome_export_has_a_counter_track_per_device_and_an_instant_event_per_oom() {
+    let (dir, trace) = traced("views_chrome", "all_apis", &[]);
+    let json_path = dir.join("trace.json");
+    ok(&[
+        "export",
+        "--format",
+        "chrome",
+        path(&trace),
+        "-o",
+        path(&json_path),
+    ]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).expect("JSON");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+
+    let counter_max = |name: &str| -> Option<u64> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == name)
+            .filter_map(|e| e["args"]["bytes"].as_u64())
+            .max()
+    };
+    let summary = report("summary", &trace, &[]);
+    assert_eq!(
+        counter_max("all GPU memory (live bytes)"),
+        summary["totals"]["peak_bytes"].as_u64()
+    );
+    for row in summary["rows"].as_array().unwrap() {
+        let name = format!(
+            "GPU {} {} memory (live bytes)",
+            row["device"],
+            row["kind"].as_str().unwrap()
+        );
+        assert_eq!(counter_max(&name), row["peak_bytes"].as_u64(), "{name}");
+    }
+    assert!(counter_max("GPU 1 device memory (live bytes)").is_some());
+
+    // The three out-of-memory failures documented in all_apis.c, in order.
+    let ooms: Vec<(&str, u64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["cat"] == "oom")
+        .map(|e| {
+            assert_eq!(e["s"], "g");
+            (
+                e["args"]["api"].as_str().unwrap(),
+                e["args"]["requested_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ooms,
+        vec![
+            ("cudaMalloc", 1 << 30 << 1),
+            ("cudaMallocManaged", 1 << 30 << 1),
+            ("cudaMallocHost", 1 << 62)
+        ]
+    );
+    assert_eq!(v["otherData"]["out_of_memory_failures"], 3);
+}
+
+#[test]
+fn timeline_draws_svg_and_png() {
+    let (dir, trace) = traced("views_timeline", "all_apis", &[]);
+    let svg = dir.join("timeline.svg");
+    ok(&["timeline", path(&trace), "-o", path(&svg)]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("the timeline SVG is XML");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(str::trim))
+        .collect();
+    let summary = report("summary", &trace, &[]);
+    let peak = summary["totals"]["peak_bytes"].as_u64().unwrap();
+    assert_eq!(peak, 11 * MIB, "all_apis' combined peak");
+    for want in [
+        "all devices",
+        "GPU 0",
+        "GPU 1",
+        "all memory, highest 11.0 MiB",
+        "3 out-of-memory failures",
+        "OOM 2.0 GiB",
+    ] {
+        assert!(texts.contains(&want), "{want:?} not in {texts:#?}");
+    }
+
+    let png = dir.join("timeline.png");
+    ok(&["timeline", path(&trace), "-o", path(&png)]);
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: 1400 pixels wide, a title strip and three panels high.
+    assert_eq!(&bytes[16..20], &1400u32.to_be_bytes());
+    assert_eq!(&bytes[20..24], &(60u32 + 3 * 320).to_be_bytes());
+
+    let unknown = gpumemprof(&["timeline", path(&trace), "-o", path(&dir.join("t.gif"))]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--format svg|png"));
+}
+
+#[test]
+fn html_report_is_one_offline_file_with_the_summary_numbers() {
+    let (dir, trace) = traced("views_report", "train_leak", &["20"]);
+    let html_path = dir.join("report.html");
+    ok(&["report", path(&trace), "-o", path(&html_path)]);
+    let html = std::fs::read_to_string(&html_path).unwrap();
+
+    // Offline: no URL, nothing loaded from elsewhere.
+    for never in [
+        "http://", "https://", "<script", "<link", "<iframe", " src=", "@import", "url(http",
+    ] {
+        assert!(!html.contains(never), "the report contains {never:?}");
+    }
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    // The summary's numbers, exactly.
+    let summary = report("summary", &trace, &[]);
+    let peak = summary["totals"]["peak_bytes"].as_u64().unwrap();
+    let live = summary["totals"]["live_bytes_at_end"].as_u64().unwrap();
+    assert_eq!((peak, live), (PEAK, LEAK));
+    assert!(html.contains(&format!("{peak} B at ")), "peak card");
+    assert!(
+        html.contains(&format!("{live} B in 20 allocations")),
+        "live card"
+    );
+    assert!(html.contains("114.0 MiB") && html.contains("20.0 MiB"));
+    // Timeline, flamegraph (the leak's box with its bytes), peak sites and leaks.
+    for section in [
+        "id=\"timeline\"",
+        "id=\"flamegraph\"",
+        "id=\"peak-sites\"",
+        "id=\"leaks\"",
+    ] {
+        assert!(html.contains(section), "{section}");
+    }
+    assert!(html.contains(&format!(
+        "<title>{} ({} bytes, ",
+        leak_frame(),
+        thousands(LEAK)
+    )));
+    let line = source_line_of("examples/train_leak.c", "GPUMEMPROF-LEAK");
+    assert!(
+        html.contains("keep_for_logging at ")
+            && html.contains(&format!("train_leak.c:{line}</li>"))
+    );
+    assert!(
+        !html.contains("id=\"oom\""),
+        "no out-of-memory section without failures"
+    );
+
+    // What a person sees, when a browser is installed (CI installs one).
+    screenshot(&html_path, &dir.join("report.png"));
+}
+
+#[test]
+fn html_report_of_out_of_memory_failures_lists_them() {
+    let (dir, trace) = traced("views_report_oom", "all_apis", &[]);
+    let html_path = dir.join("report.html");
+    ok(&["report", path(&trace), "-o", path(&html_path)]);
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert!(html.contains("id=\"oom\""));
+    assert!(html.contains("3 allocation calls returned out-of-memory"));
+    for api in ["cudaMalloc<", "cudaMallocManaged<", "cudaMallocHost<"] {
+        assert!(html.contains(api), "{api}");
+    }
+    assert!(html.contains("Live memory at the first failure"));
+    screenshot(&html_path, &dir.join("report.png"));
+}
+
+#[test]
+fn a_file_that_is_not_a_trace_exits_5_with_one_line_and_writes_nothing() {
+    let dir = scratch("views_bad_input");
+    let bogus = dir.join("bogus.trace");
+    std::fs::write(&bogus, b"this is not a trace").unwrap();
+    for (cmd, out) in [
+        (vec!["flamegraph"], "f.svg"),
+        (vec!["timeline"], "t.svg"),
+        (vec!["report"], "r.html"),
+        (vec!["export", "--format", "chrome"], "c.json"),
+        (vec!["export", "--format", "csv"], "c.csv"),
+        (vec!["export", "--format", "folded"], "f.txt"),
+    ] {
+        let target = dir.join(out);
+        let mut args = cmd.clone();
+        args.extend([path(&bogus), "-o", path(&target)]);
+        let o = gpumemprof(&args);
+        assert_eq!(o.status.code(), Some(5), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("not a gpumemprof trace"), "{err}");
+        assert!(!target.exists(), "{args:?} wrote {}", target.display());
+    }
+}
+
+/// Runs tests/browser/screenshot.sh and checks it wrote a real image; skipped, with a note,
+/// where /usr/bin/chromium is absent.
+fn screenshot(html: &Path, png: &Path) {
+    if !Path::new("/usr/bin/chromium").exists() {
+        eprintln!("note: /usr/bin/chromium is absent: skipping the browser screenshot check");
+        return;
+    }
+    let script = repo_root().join("tests/browser/screenshot.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(html)
+        .arg(png)
+        .output()
+        .expect("run screenshot.sh");
+    assert!(
+        out.status.success(),
+        "screenshot.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(png).expect("the screenshot");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(bytes.len() > 20_000, "a blank page? {} bytes", bytes.len());
+}
