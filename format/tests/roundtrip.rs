@@ -622,7 +622,7 @@ fn corrupt_records_are_reported() {
     // Stack too deep, and frame count larger than the payload.
     let deep: Vec<u64> = [1, 1025]
         .into_iter()
-        .chain(std::iter::repeat(1).take(10))
+        .chain(std::iter::repeat_n(1, 10))
         .collect();
     let e = corrupt_case(&rec(kind::STACK, &deep));
     assert!(e.to_string().contains("1025"), "{e}");
