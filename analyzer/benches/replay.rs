@@ -1,11 +1,12 @@
 //! `cargo bench -p gpumemprof-analyzer --bench replay [-- --size 1GB] [--runs N]
-//! [--cli PATH | --no-cli]`: how fast the analyzer reads a trace, on one core. See `gpumemprof_analyzer::bench` and
+//! [--cli PATH | --no-cli]`: how fast the analyzer reads a trace, on one core.
+//! `-- --live N`: its memory per live allocation and per stack instead. See `gpumemprof_analyzer::bench` and
 //! BENCHMARKS.md ("Analyzer").
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use gpumemprof_analyzer::bench::{run, Options, DEFAULT_SIZE};
+use gpumemprof_analyzer::bench::{memory, run, Options, DEFAULT_SIZE};
 use gpumemprof_analyzer::units::parse_size;
 
 fn main() -> ExitCode {
@@ -18,6 +19,7 @@ fn main() -> ExitCode {
         dir: target.join("bench"),
         cli: Some(cli.to_path_buf()),
     };
+    let mut live = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let parsed = match arg.as_str() {
@@ -34,13 +36,18 @@ fn main() -> ExitCode {
                 .next()
                 .map(|p| opts.cli = Some(p.into()))
                 .ok_or_else(|| "--cli needs the path of a gpumemprof binary".to_string()),
+            "--live" => args
+                .next()
+                .and_then(|n| n.parse().ok())
+                .map(|n| live = Some(n))
+                .ok_or_else(|| "--live needs a number of allocations".to_string()),
             "--no-cli" => {
                 opts.cli = None;
                 Ok(())
             }
             "--bench" => Ok(()), // passed by `cargo bench`
             other => Err(format!(
-                "unknown argument {other:?} (use --size SIZE, --runs N, --cli PATH, --no-cli)"
+                "unknown argument {other:?} (use --size SIZE, --runs N, --cli PATH, --no-cli, --live N)"
             )),
         };
         if let Err(e) = parsed {
@@ -48,7 +55,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    match run(&opts, &mut std::io::stdout()) {
+    let result = match live {
+        // The README's memory bound: 3,000 stacks of 30 frames, then N live allocations.
+        Some(n) => memory(n, 3000, 30, &mut std::io::stdout()),
+        None => run(&opts, &mut std::io::stdout()),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("replay bench: {e}");

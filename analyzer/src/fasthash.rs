@@ -1,5 +1,5 @@
 //! A fast hasher for the replay's maps keyed by a `u64` (addresses, stack ids): std's
-//! SipHash took about 9% of the replay pass (BENCHMARKS.md, "Analyzer"). The key is
+//! SipHash took 13% of `gpumemprof summary` (BENCHMARKS.md, "Analyzer"). The key is
 //! mixed with one folded 64x64->128 multiply (foldhash's core) under a per-process random
 //! seed, so a crafted trace cannot aim its addresses at one bucket without knowing it.
 

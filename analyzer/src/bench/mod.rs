@@ -1,15 +1,15 @@
 //! The analyzer benchmark (`cargo bench -p gpumemprof-analyzer --bench replay`): a
 //! synthetic training-loop trace (`synth`), then the time of each stage of reading it on
-//! one core — decoding only, the replay pass with the summary, and the real CLI's
-//! `summary`, `peak` and `leaks` as child processes — in events/s and MB/s of trace, with
-//! the peak resident memory of each. Rates are per second of CPU time (user + system):
+//! one core — decompressing only, decoding only, the replay pass with the summary, and the
+//! real CLI's `summary`, `peak` and `leaks` as child processes — in events/s and MB/s of
+//! trace, with the peak resident memory of each. Rates are per second of CPU time (user + system):
 //! on a shared machine, wall time measures the neighbours too. It prints numbers and
 //! asserts nothing.
 
 pub mod synth;
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -96,6 +96,35 @@ fn cached(path: &Path, meta: &Path) -> Option<SynthInfo> {
     same.then_some(info)
 }
 
+/// Decompresses every block and decodes nothing: the floor under any reader. Returns the
+/// decompressed bytes.
+pub fn decompress_only(path: &Path) -> io::Result<u64> {
+    let mut file = io::BufReader::with_capacity(1 << 16, fs::File::open(path)?);
+    let mut pre = [0u8; 16];
+    file.read_exact(&mut pre)?;
+    let header_len = u32::from_le_bytes([pre[12], pre[13], pre[14], pre[15]]);
+    io::copy(&mut (&mut file).take(header_len.into()), &mut io::sink())?;
+    let mut dctx = zstd::bulk::Decompressor::new()?;
+    let (mut comp, mut raw, mut total) = (Vec::new(), Vec::new(), 0);
+    let mut len = [0u8; 4];
+    while file.read_exact(&mut len).is_ok() {
+        let len = u32::from_le_bytes(len) as usize;
+        if len > gpumemprof_format::MAX_BLOCK_COMPRESSED {
+            return Err(io::Error::other("not a trace block"));
+        }
+        comp.resize(len, 0);
+        file.read_exact(&mut comp)?;
+        let size = zstd::zstd_safe::get_frame_content_size(&comp)
+            .ok()
+            .flatten()
+            .filter(|&n| n <= gpumemprof_format::MAX_BLOCK_RAW as u64)
+            .ok_or_else(|| io::Error::other("not a trace block"))?;
+        raw.resize(size as usize, 0);
+        total += dctx.decompress_to_buffer(&comp, &mut raw[..])? as u64;
+    }
+    Ok(total)
+}
+
 /// Reads every record and nothing else; returns the events (alloc, free, failed) seen.
 pub fn decode(path: &Path) -> Result<u64, ReadError> {
     let mut reader = open_path(path)?;
@@ -158,11 +187,62 @@ pub fn pin_to_one_core() -> Option<usize> {
     }
 }
 
-/// `/proc/self/status`'s VmHWM (peak resident memory) in KiB.
-fn vm_hwm_kib() -> Option<u64> {
+/// A `/proc/self/status` field in KiB (`VmHWM:` peak resident memory, `VmRSS:` now).
+fn status_kib(key: &str) -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    status_kib("VmHWM:")
+}
+
+/// The memory bound of the README, measured: replays `stacks` stack definitions of
+/// `frames` frames, then `live` allocations never freed, and prints the resident bytes
+/// per stack and per live allocation, while replaying and with the result assembled.
+pub fn memory(live: u64, stacks: u64, frames: u64, out: &mut dyn Write) -> io::Result<()> {
+    use gpumemprof_format::{Alloc, MemKind};
+    let rss = || status_kib("VmRSS:").map_or(0.0, |k| k as f64 * 1024.0);
+    let stacks = stacks.max(1);
+    let base = rss();
+    let mut r = replay::Replay::new();
+    for id in 1..=stacks {
+        let frames = (0..frames).map(|f| 0x7f00_0000_0000 + id * 4096 + f * 64);
+        r.record(Record::Stack {
+            id,
+            frames: frames.collect(),
+        });
+    }
+    let with_stacks = rss();
+    for i in 0..live {
+        r.record(Record::Alloc(Alloc {
+            time_ns: i,
+            tid: 1,
+            api: 1,
+            kind: MemKind::Device,
+            device: 0,
+            address: 0x7e00_0000_0000 + i * 512,
+            size: 512,
+            stream: 0,
+            pool: 0,
+            stack: 1 + i % stacks,
+        }));
+    }
+    let replaying = rss();
+    reset_hwm();
+    let result = r.finish();
+    let peak = vm_hwm_kib().map_or(0.0, |k| k as f64 * 1024.0);
+    let n = live.max(1) as f64;
+    writeln!(
+        out,
+        "gpumemprof analyzer memory: {stacks} stacks of {frames} frames: {:.0} bytes per stack; \
+         {live} live allocations: {:.0} bytes each while replaying, {:.0} with the result ({} live)",
+        (with_stacks - base) / stacks as f64,
+        (replaying - with_stacks) / n,
+        (peak - with_stacks) / n,
+        result.live.len()
+    )
 }
 
 /// Resets VmHWM to the current resident size (Linux 4.0+), so it measures what follows.
@@ -172,7 +252,10 @@ fn reset_hwm() -> bool {
 
 /// The run of median CPU time among `runs` calls of `f` in this process, with the peak
 /// resident memory over all of them.
-fn in_process<T>(runs: usize, mut f: impl FnMut() -> Result<T, ReadError>) -> io::Result<Stage> {
+fn in_process<T, E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    runs: usize,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> io::Result<Stage> {
     let reset = reset_hwm();
     let mut all = Vec::new();
     for _ in 0..runs.max(1) {
@@ -247,6 +330,8 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> io::Result<()> {
         cpu.map_or_else(|| "? (pinning failed)".into(), |c| c.to_string()),
         opts.runs
     )?;
+    let unpacked = in_process(opts.runs, || decompress_only(&path))?;
+    line(out, "zstd only (no decoding)", unpacked, &info)?;
     let decoded = in_process(opts.runs, || decode(&path))?;
     line(out, "decode (reader only)", decoded, &info)?;
     let replayed = in_process(opts.runs, || replay_summary(&path))?;

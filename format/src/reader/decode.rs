@@ -274,3 +274,62 @@ pub fn decode(k: u8, data: &[u8], len: usize, last_time: &mut u64) -> Res<Record
         _ => Record::Unknown { kind: k, len },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::varint::put_u64;
+
+    /// Whatever the payload, the fast paths give what the careful decoder gives, or
+    /// decline (`None`) and leave the block's time alone.
+    #[test]
+    fn fast_paths_agree_with_the_careful_decoder() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut fast, mut declined) = (0, 0);
+        for round in 0..50_000 {
+            let mut data = Vec::new();
+            let fields = 7 + next() % 6; // too few, exactly ten, or more
+            for _ in 0..fields {
+                let r = next();
+                // Mostly small values (of every field's range), some of any size.
+                let v = if r % 4 == 0 { r >> (r % 64) } else { r % 300 };
+                put_u64(&mut data, v);
+            }
+            if next() % 8 == 0 {
+                let at = (next() as usize) % data.len();
+                data[at] ^= 1 << (next() % 8); // a damaged byte
+            }
+            let len = data.len() - (next() % 3 == 0) as usize; // sometimes cut short
+            data.extend_from_slice(&[0xff; 16]); // what follows in the block
+            for k in [kind::ALLOC, kind::FREE] {
+                let (mut t_fast, mut t_careful) = (round, round);
+                let got = match k {
+                    kind::ALLOC => alloc(&data, len, &mut t_fast).map(Record::Alloc),
+                    _ => free(&data, len, &mut t_fast).map(Record::Free),
+                };
+                let want = decode(k, &data, len, &mut t_careful);
+                match got {
+                    Some(r) => {
+                        fast += 1;
+                        assert_eq!(Ok(r), want, "round {round}, kind {k}");
+                        assert_eq!(t_fast, t_careful);
+                    }
+                    None => {
+                        declined += 1;
+                        assert_eq!(t_fast, round, "a declined record moved the time");
+                    }
+                }
+            }
+        }
+        assert!(
+            fast > 10_000 && declined > 10_000,
+            "{fast} fast, {declined} declined"
+        );
+    }
+}
