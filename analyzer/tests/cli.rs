@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, Record, Stats, TraceWriter, FORMAT_VERSION, MAGIC,
@@ -14,41 +13,13 @@ use serde_json::{json, Value};
 const DEV: MemKind = MemKind::Device;
 const MIB: u64 = 1 << 20;
 
-/// A fresh directory under the system temp dir, unique per test and process, removed
-/// when the test ends (kept if it fails, to look at).
-struct TempDir(PathBuf);
+#[path = "checks/tempdir.rs"]
+mod tempdir;
 
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "gpumemprof-analyzer-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+use tempdir::TempDir;
 
 fn tmp_dir(name: &str) -> TempDir {
-    TempDir::new(name)
+    TempDir::new("analyzer", name)
 }
 
 fn header() -> Value {

@@ -9,7 +9,6 @@ mod schema;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use gpumemprof_format::{
@@ -21,36 +20,10 @@ const DEV: MemKind = MemKind::Device;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-struct TempDir(PathBuf);
+#[path = "checks/tempdir.rs"]
+mod tempdir;
 
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "gpumemprof-commands-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+use tempdir::TempDir;
 
 fn header() -> Value {
     json!({
@@ -254,7 +227,7 @@ fn p(path: &Path) -> &str {
 
 #[test]
 fn size_gates_exit_4_with_one_line_naming_value_and_limit_and_still_print_the_report() {
-    let dir = TempDir::new("gates");
+    let dir = TempDir::new("commands", "gates");
     let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
     let t = p(&trace);
     // Peak: 64 + 4 (earlier leaks) + 8 + 16 + 1 MiB in the last step = 93 MiB.
@@ -317,7 +290,7 @@ fn size_gates_exit_4_with_one_line_naming_value_and_limit_and_still_print_the_re
 /// do not; the second run leaks 3 more MiB at one site and has one new site.
 #[test]
 fn diff_matches_sites_by_frames_and_shows_exactly_the_extra_leak_and_the_new_site() {
-    let dir = TempDir::new("diff");
+    let dir = TempDir::new("commands", "diff");
     let before = write_trace(&dir, "before.trace", &[training(5, true)]);
     let mut after_records = training(8, true);
     // Renumber the stacks: 1..4 become 11..14 (frames unchanged).
@@ -443,7 +416,7 @@ fn f(
 
 #[test]
 fn analyze_a_leaking_training_loop() {
-    let dir = TempDir::new("analyze-leak");
+    let dir = TempDir::new("commands", "analyze-leak");
     let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
     let a = json_of(&["analyze", p(&trace)], 0, "analyze");
     assert_eq!(
@@ -509,7 +482,7 @@ fn analyze_a_leaking_training_loop() {
 
 #[test]
 fn analyze_a_clean_loop_finds_nothing_and_passes_the_findings_gate() {
-    let dir = TempDir::new("analyze-clean");
+    let dir = TempDir::new("commands", "analyze-clean");
     let mut records = training(6, false);
     // No weights: nothing is held from before the first cycle to the end.
     records.retain(|r| !matches!(r, Record::Alloc(a) if a.stack == 1));
@@ -523,7 +496,7 @@ fn analyze_a_clean_loop_finds_nothing_and_passes_the_findings_gate() {
 
 #[test]
 fn analyze_a_spike_names_the_site_holding_the_peak() {
-    let dir = TempDir::new("analyze-spike");
+    let dir = TempDir::new("commands", "analyze-spike");
     let mut r = vec![stack(2), stack(5)];
     let mut t = 0;
     for s in 0..4u64 {
@@ -554,7 +527,7 @@ fn analyze_a_spike_names_the_site_holding_the_peak() {
 
 #[test]
 fn analyze_fragmentation_signs() {
-    let dir = TempDir::new("analyze-frag");
+    let dir = TempDir::new("commands", "analyze-frag");
     let mut r = vec![stack(3)];
     // 1000 allocations of 64 different sizes, each freed at once.
     for i in 0..1000u64 {
@@ -594,7 +567,7 @@ fn analyze_fragmentation_signs() {
 
 #[test]
 fn analyze_does_not_call_memory_of_a_killed_process_uncleaned() {
-    let dir = TempDir::new("analyze-killed");
+    let dir = TempDir::new("commands", "analyze-killed");
     let mut records = training(5, true);
     records.pop(); // no End record: the process did not exit cleanly
     let trace = write_trace(&dir, "run.trace", &[records]);
@@ -607,7 +580,7 @@ fn analyze_does_not_call_memory_of_a_killed_process_uncleaned() {
 
 #[test]
 fn info_of_a_trace_shows_its_header_and_api_counts() {
-    let dir = TempDir::new("info");
+    let dir = TempDir::new("commands", "info");
     let mut r = training(2, true);
     r.insert(4, alloc_k(500, MemKind::Managed, 0x7000, 4096, 1));
     if let Record::Alloc(a) = &mut r[4] {
@@ -655,7 +628,7 @@ fn info_of_a_trace_shows_its_header_and_api_counts() {
 
 #[test]
 fn info_without_nvml_says_so_and_exits_0() {
-    let dir = TempDir::new("info-nvml");
+    let dir = TempDir::new("commands", "info-nvml");
     // An empty library path: no libnvidia-ml.so.1 on this test machine's default path
     // either (it has no GPU); if one is installed the report must still be valid.
     let out = gpumemprof_env(&["info", "--json"], &[("LD_LIBRARY_PATH", p(&dir))]);
@@ -699,7 +672,7 @@ fn thresholds_trace() -> Vec<Vec<Record>> {
 
 #[test]
 fn track_raises_alerts_at_the_thresholds_of_the_device_size() {
-    let dir = TempDir::new("track");
+    let dir = TempDir::new("commands", "track");
     let trace = write_trace(&dir, "run.trace", &thresholds_trace());
     let v = json_of(&["track", p(&trace)], 0, "track");
     let alerts: Vec<(u64, String, u64, f64)> = v["alerts"]
@@ -795,7 +768,7 @@ fn track_raises_alerts_at_the_thresholds_of_the_device_size() {
 
 #[test]
 fn track_without_a_device_size_says_how_to_give_one() {
-    let dir = TempDir::new("track-unknown");
+    let dir = TempDir::new("commands", "track-unknown");
     let trace = write_trace(&dir, "run.trace", &[training(2, false)]);
     let out = gpumemprof(&["track", p(&trace), "--json"]);
     assert_eq!(code(&out), Some(0));
@@ -827,7 +800,7 @@ fn track_without_a_device_size_says_how_to_give_one() {
 
 #[test]
 fn monitor_once_shows_current_and_peak_per_device_top_sites_and_alerts() {
-    let dir = TempDir::new("monitor-once");
+    let dir = TempDir::new("commands", "monitor-once");
     let mut blocks = thresholds_trace();
     blocks[2].pop(); // still running: no End record
     let trace = write_trace(&dir, "run.trace", &blocks);
@@ -864,7 +837,7 @@ fn monitor_once_shows_current_and_peak_per_device_top_sites_and_alerts() {
 /// monitor stops by itself once the End record arrives, having read each block once.
 #[test]
 fn monitor_follows_a_growing_trace_until_it_is_closed() {
-    let dir = TempDir::new("monitor-follow");
+    let dir = TempDir::new("commands", "monitor-follow");
     let (bytes, ends) = trace_bytes(&thresholds_trace());
     let path = dir.join("live.trace");
     std::fs::write(&path, &bytes[..ends[0]]).expect("write");
@@ -928,7 +901,7 @@ fn monitor_follows_a_growing_trace_until_it_is_closed() {
 
 #[test]
 fn ctrl_c_stops_following_with_exit_130() {
-    let dir = TempDir::new("sigint");
+    let dir = TempDir::new("commands", "sigint");
     let mut blocks = thresholds_trace();
     blocks[2].pop(); // never closed: monitor would follow forever
     let trace = write_trace(&dir, "run.trace", &blocks);
@@ -996,7 +969,7 @@ fn monitor_pid_of_a_process_without_a_trace_says_what_to_do() {
 #[test]
 fn diagnose_writes_a_bundle_with_a_manifest_and_refuses_a_non_empty_folder() {
     use sha2_check::sha256_hex;
-    let dir = TempDir::new("diagnose");
+    let dir = TempDir::new("commands", "diagnose");
     let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
     let bundle = dir.join("bundle");
     let m = json_of(&["diagnose", p(&bundle), p(&trace)], 0, "manifest");
@@ -1185,7 +1158,7 @@ mod sha2_check {
 
 #[test]
 fn telemetry_export_writes_one_v2_event_per_device_memory_event() {
-    let dir = TempDir::new("telemetry");
+    let dir = TempDir::new("commands", "telemetry");
     let r = vec![
         stack(1),
         sample(5, 300 * MIB, GIB),
@@ -1305,7 +1278,7 @@ fn telemetry_export_writes_one_v2_event_per_device_memory_event() {
 
 #[test]
 fn colour_only_when_asked_for_a_terminal_and_never_with_no_color() {
-    let dir = TempDir::new("colour");
+    let dir = TempDir::new("commands", "colour");
     let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
     let t = p(&trace);
     let esc = |out: &Output| out.stdout.contains(&0x1b);
@@ -1337,7 +1310,7 @@ fn colour_only_when_asked_for_a_terminal_and_never_with_no_color() {
 
 #[test]
 fn quiet_silences_warnings_but_not_errors_or_gates() {
-    let dir = TempDir::new("quiet");
+    let dir = TempDir::new("commands", "quiet");
     let (bytes, ends) = trace_bytes(&[training(2, true), vec![end(1)]]);
     let cut = dir.join("cut.trace");
     std::fs::write(&cut, &bytes[..ends[1] - 3]).expect("write");
@@ -1356,7 +1329,7 @@ fn quiet_silences_warnings_but_not_errors_or_gates() {
 
 #[test]
 fn every_json_report_carries_schema_version_and_matches_its_schema() {
-    let dir = TempDir::new("schemas");
+    let dir = TempDir::new("commands", "schemas");
     let mut r = training(3, true);
     r.insert(5, sample(2_500, 100 * MIB, GIB));
     r.insert(8, failed(4_500, 2 * GIB, 900 * MIB, GIB, 2));
@@ -1407,7 +1380,7 @@ const OTHER_REPORTS: &[&str] = &[];
 
 #[test]
 fn the_exit_code_table() {
-    let dir = TempDir::new("exit-codes");
+    let dir = TempDir::new("commands", "exit-codes");
     let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
     let t = p(&trace);
     let bad = dir.join("bad.trace");

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Record, Sample, Stats, TraceWriter, FORMAT_VERSION,
@@ -21,29 +20,10 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const S: u64 = 1_000_000_000;
 
-struct TempDir(PathBuf);
+#[path = "checks/tempdir.rs"]
+mod tempdir;
 
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "gpumemprof-oom-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+use tempdir::TempDir;
 
 fn header() -> Value {
     json!({
@@ -272,7 +252,7 @@ fn training_run() -> Vec<Record> {
 
 #[test]
 fn the_final_failure_is_explained_with_exact_live_memory_sites_and_growth() {
-    let dir = TempDir::new("training");
+    let dir = TempDir::new("oom", "training");
     let trace = write_trace(&dir, training_run());
     let v = oom_json(&trace, &[]);
     assert_eq!(
@@ -394,7 +374,7 @@ fn the_final_failure_is_explained_with_exact_live_memory_sites_and_growth() {
 
 #[test]
 fn index_selects_the_transient_failure_and_its_retry() {
-    let dir = TempDir::new("index");
+    let dir = TempDir::new("oom", "index");
     let trace = write_trace(&dir, training_run());
     let v = oom_json(&trace, &["--index", "0"]);
     let f = &v["failure"];
@@ -428,7 +408,7 @@ fn index_selects_the_transient_failure_and_its_retry() {
 
 #[test]
 fn the_text_report_fits_one_screen_and_leads_with_the_verdict() {
-    let dir = TempDir::new("text");
+    let dir = TempDir::new("oom", "text");
     let trace = write_trace(&dir, training_run());
     let t = oom_text(&trace, &[]);
     let lines: Vec<&str> = t.lines().collect();
@@ -456,7 +436,7 @@ fn the_text_report_fits_one_screen_and_leads_with_the_verdict() {
 
 #[test]
 fn a_transient_failure_alone_is_reported_and_a_retry_from_another_thread_needs_the_stack() {
-    let dir = TempDir::new("transient");
+    let dir = TempDir::new("oom", "transient");
     let trace = write_trace(
         &dir,
         vec![
@@ -480,7 +460,7 @@ fn a_transient_failure_alone_is_reported_and_a_retry_from_another_thread_needs_t
 
 #[test]
 fn free_memory_above_the_request_is_fragmentation() {
-    let dir = TempDir::new("fragmentation");
+    let dir = TempDir::new("oom", "fragmentation");
     let trace = write_trace(
         &dir,
         vec![
@@ -504,7 +484,7 @@ fn free_memory_above_the_request_is_fragmentation() {
 
 #[test]
 fn a_request_larger_than_the_device_exceeds_total() {
-    let dir = TempDir::new("exceeds");
+    let dir = TempDir::new("oom", "exceeds");
     let trace = write_trace(&dir, vec![oom(S, 7, 80 * GIB, 0, 15 * GIB, 16 * GIB)]);
     let v = oom_json(&trace, &[]);
     assert_eq!(v["cause"], "exceeds_total");
@@ -518,7 +498,7 @@ fn a_request_larger_than_the_device_exceeds_total() {
 
 #[test]
 fn without_memory_information_there_is_no_hint_but_everything_else() {
-    let dir = TempDir::new("unknown");
+    let dir = TempDir::new("oom", "unknown");
     let trace = write_trace(
         &dir,
         vec![
@@ -542,7 +522,7 @@ fn without_memory_information_there_is_no_hint_but_everything_else() {
 
 #[test]
 fn few_tracked_bytes_and_nvml_point_at_untracked_memory() {
-    let dir = TempDir::new("untracked");
+    let dir = TempDir::new("oom", "untracked");
     let trace = write_trace(
         &dir,
         vec![
@@ -565,7 +545,7 @@ fn few_tracked_bytes_and_nvml_point_at_untracked_memory() {
 
 #[test]
 fn a_pinned_host_failure_counts_pinned_host_memory_only() {
-    let dir = TempDir::new("pinned");
+    let dir = TempDir::new("oom", "pinned");
     let trace = write_trace(
         &dir,
         vec![
@@ -589,7 +569,7 @@ fn a_pinned_host_failure_counts_pinned_host_memory_only() {
 
 #[test]
 fn a_failed_vmm_handle_retried_by_cu_mem_create_is_transient() {
-    let dir = TempDir::new("vmm");
+    let dir = TempDir::new("oom", "vmm");
     let trace = write_trace(
         &dir,
         vec![
@@ -604,7 +584,7 @@ fn a_failed_vmm_handle_retried_by_cu_mem_create_is_transient() {
 
 #[test]
 fn no_failure_is_one_line_and_exit_0() {
-    let dir = TempDir::new("none");
+    let dir = TempDir::new("oom", "none");
     let trace = write_trace(
         &dir,
         vec![
@@ -636,7 +616,7 @@ fn no_failure_is_one_line_and_exit_0() {
 
 #[test]
 fn a_killed_run_is_explained_from_its_complete_blocks() {
-    let dir = TempDir::new("killed");
+    let dir = TempDir::new("oom", "killed");
     let (path, ends) = write_blocks(
         &dir,
         &[
@@ -667,7 +647,7 @@ fn a_killed_run_is_explained_from_its_complete_blocks() {
 
 #[test]
 fn bad_window_is_a_usage_error() {
-    let dir = TempDir::new("usage");
+    let dir = TempDir::new("oom", "usage");
     let trace = write_trace(&dir, vec![oom(S, 7, GIB, 0, 0, 0)]);
     let p = trace.to_str().unwrap();
     for bad in ["-1", "soon", "inf"] {
