@@ -23,6 +23,8 @@
 //!   `shared-library` is built with `-shared -fPIC` as `$OUT_DIR/bin/lib<stem>.so`; one that
 //!   says `cflags=<comma list>` gets those compiler flags after the usual ones (so
 //!   `cflags=-O2,-fomit-frame-pointer` builds it the way a release build of a library is).
+//!   One that says `by-test` is not built here: its test compiles it (it needs headers that
+//!   only exist once the test has installed them, like nvtx3's).
 //!
 //! Libraries compile side by side, then programs side by side.
 //! `GPUMEMPROF_TEST_OUT=$OUT_DIR` is passed to the crate so `support.rs` can find them.
@@ -229,6 +231,8 @@ struct BuildSpec {
     sim_path: bool,
     /// Extra compiler flags (`cflags=`), after PROGRAM_FLAGS so they override them.
     cflags: Vec<String>,
+    /// `by-test`: the test that runs it compiles it; not built here.
+    by_test: bool,
 }
 
 /// Reads every `gpumemprof-build:` marker of a source: its words up to the first that is not a
@@ -239,6 +243,7 @@ fn build_spec(text: &str) -> Result<BuildSpec, String> {
         libs: vec!["-lcudart"],
         sim_path: true,
         cflags: Vec::new(),
+        by_test: false,
     };
     for line in text.lines() {
         let Some((_, rest)) = line.split_once(BUILD_MARKER) else {
@@ -247,6 +252,8 @@ fn build_spec(text: &str) -> Result<BuildSpec, String> {
         for word in rest.split_whitespace() {
             if word == "shared-library" {
                 spec.shared_library = true;
+            } else if word == "by-test" {
+                spec.by_test = true;
             } else if let Some(list) = word.strip_prefix("cflags=") {
                 spec.cflags
                     .extend(list.split(',').filter(|f| !f.is_empty()).map(String::from));
@@ -296,6 +303,9 @@ fn build_program(
         .to_string_lossy();
     let text = fs::read_to_string(source).map_err(|e| format!("{what}: {e}"))?;
     let spec = build_spec(&text).map_err(|e| format!("{what}: {e}"))?;
+    if spec.by_test {
+        return Ok(());
+    }
 
     let mut args: Vec<OsString> = Vec::new();
     args.extend(PROGRAM_FLAGS.iter().chain(WARNINGS).map(OsString::from));

@@ -1,6 +1,8 @@
 //! gpumemprof-demo: the README's first command. Runs the bundled training-loop example
 //! (`examples/train_leak.c`, 1 MiB leaked per step from one line) under the profiler and
-//! ends with the analyzer's summary and leak report.
+//! shows the analyzer's summary and leak report; then, if `python3` is there, the Python
+//! one (`examples/train.py`, through ctypes) with the launcher, `gpumemprof run`, and ends
+//! with its leak report, which names the Python line.
 //!
 //! It uses the simulated CUDA runtime built by this crate, unless the machine has an
 //! NVIDIA GPU and a real `libcudart.so.12` that `ldconfig` knows: then the example runs
@@ -65,11 +67,12 @@ fn main() -> ExitCode {
         }
     }
 
+    let cudart_dir = real_cudart_dir();
     let mut cmd = Command::new(&program);
     cmd.arg("20")
         .env("LD_PRELOAD", &shim)
         .env("GPUMEMPROF_OUTPUT", &trace);
-    match real_cudart_dir() {
+    match &cudart_dir {
         Some(d) => {
             println!(
                 "gpumemprof-demo: NVIDIA GPU found; using the real CUDA runtime in {}",
@@ -96,6 +99,42 @@ fn main() -> ExitCode {
         if code != Some(0) {
             return ExitCode::from(code.unwrap_or(1).clamp(1, 255) as u8);
         }
+    }
+
+    // The same job in Python, started with the launcher.
+    let python_ok = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_ok {
+        println!("\ngpumemprof-demo: no python3 here; the Python example is skipped");
+        return ExitCode::SUCCESS;
+    }
+    let example = gpumemprof_tests::repo_root().join("examples/train.py");
+    let py_trace = work.join("train_py.trace");
+    let libs = cudart_dir.unwrap_or_else(gpumemprof_tests::sim_dir);
+    let mut cmd = Command::new(&analyzer);
+    cmd.args(["run", "-f", "-o"])
+        .arg(&py_trace)
+        .args(["--", "python3"])
+        .arg(&example)
+        .env("LD_LIBRARY_PATH", &libs)
+        .env_remove("LD_PRELOAD");
+    let shown = format!(
+        "gpumemprof run -f -o {} -- python3 {}",
+        py_trace.display(),
+        example.display()
+    );
+    if run(&shown, &mut cmd) != Some(0) {
+        eprintln!("gpumemprof-demo: the Python example failed");
+        return ExitCode::from(1);
+    }
+    let code = run(
+        &format!("gpumemprof leaks {}", py_trace.display()),
+        Command::new(&analyzer).arg("leaks").arg(&py_trace),
+    );
+    if code != Some(0) {
+        return ExitCode::from(code.unwrap_or(1).clamp(1, 255) as u8);
     }
     ExitCode::SUCCESS
 }

@@ -547,6 +547,16 @@ fn sigint_completes_the_trace_then_kills_the_process() {
 }
 
 #[test]
+fn sighup_completes_the_trace_then_kills_the_process() {
+    dies_of("hup", 1);
+}
+
+#[test]
+fn sigquit_completes_the_trace_then_kills_the_process() {
+    dies_of("quit", 3);
+}
+
+#[test]
 fn abort_completes_the_trace_then_the_process_dies_of_sigabrt() {
     dies_of("abrt", SIGABRT);
 }

@@ -261,8 +261,17 @@ fn python_ctypes_calls_into_the_runtime_are_seen() {
     let leaks = report("leaks", &trace, &[]);
     assert_eq!(leaks["total_bytes"], 8 * MIB);
     assert_eq!(leaks["total_count"], 2);
-    // The marker line exists (Python frames in stacks come with the Python issue).
-    assert!(source_line_of("tests/programs/ctypes_alloc.py", "GPUMEMPROF-CTYPES-ALLOC") > 0);
+    // The innermost Python frame of the leak is the marked line of allocate_batch.
+    let line = source_line_of("tests/programs/ctypes_alloc.py", "GPUMEMPROF-CTYPES-ALLOC");
+    let first_python = leaks["groups"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["python"] == true)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(first_python["function"], "allocate_batch", "{leaks}");
+    assert_eq!(first_python["line"], line);
 }
 
 /// (f) A second preloaded library forwarding with dlsym(RTLD_NEXT, ...) still gets the

@@ -167,3 +167,51 @@ pub fn newest_shim(dir: &Path) -> Option<PathBuf> {
 pub fn analyzer_path() -> PathBuf {
     target_dir().join("gpumemprof")
 }
+
+/// Third-party Python packages some tests use as independent clients and readers, pinned:
+/// `ptmem` reads our PyTorch-snapshot export, `nvtx` is a real NVTX client, and
+/// `nvidia-nvtx-cu12` carries NVIDIA's nvtx3 C headers (compiled into a test program at test
+/// time, never copied into this repository).
+pub const PYTHON_PACKAGES: &[&str] = &["ptmem==0.1.2", "nvtx==0.2.17", "nvidia-nvtx-cu12==12.9.79"];
+
+/// The folder holding [`PYTHON_PACKAGES`] (put it on `PYTHONPATH`), installed there with
+/// `python3 -m pip install --target` on first use: the README's test command needs no
+/// set-up of its own. Concurrent test processes wait on a lock file; a finished install is
+/// marked by a file listing the pinned packages, so a changed pin reinstalls.
+/// Panics with pip's output if the install fails (no network to PyPI, no pip).
+pub fn python_packages() -> PathBuf {
+    let root = target_dir().join("pydeps");
+    std::fs::create_dir_all(&root).expect("create the pydeps folder");
+    let lock = std::fs::File::create(root.join(".lock")).expect("create the pydeps lock file");
+    lock.lock().expect("lock the pydeps folder");
+    let site = root.join("site");
+    let marker = root.join(".installed");
+    let want = PYTHON_PACKAGES.join("\n");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
+        return site;
+    }
+    let _ = std::fs::remove_dir_all(&site);
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+        ])
+        .arg("--target")
+        .arg(&site)
+        .args(PYTHON_PACKAGES)
+        .output()
+        .expect("run python3 -m pip");
+    assert!(
+        out.status.success(),
+        "pip could not install {PYTHON_PACKAGES:?} into {}:\n{}{}",
+        site.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&marker, want).expect("write the pydeps marker");
+    site
+}

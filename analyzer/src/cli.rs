@@ -10,8 +10,10 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use crate::cmd::common::{self, gate, size_arg};
+use crate::cmd::ranks;
 use crate::error::{Error, Exit};
 use crate::replay::Loaded;
+use crate::report::by_range::{self, By};
 use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
 use crate::symbolize::Symbolizer;
 
@@ -74,7 +76,8 @@ enum Command {
     /// One self-contained HTML file: summary, timeline, flamegraph, peak sites, leaks, OOMs.
     Report(crate::cmd::report::Args),
     /// The trace for other tools: --format chrome (Perfetto), folded (speedscope), csv,
-    /// telemetry (the older gpumemprof's TelemetryEvent v2 JSON lines).
+    /// telemetry (the older gpumemprof's TelemetryEvent v2 JSON lines), torch-snapshot
+    /// (PyTorch's memory snapshot pickle: pytorch.org/memory_viz, ptmem).
     Export(crate::cmd::export::Args),
     /// What changed between two traces, per call site: bytes at the peak and live at the
     /// end; new and gone sites.
@@ -92,20 +95,67 @@ enum Command {
     Track(crate::cmd::track::Args),
     /// A bundle folder: the trace, every report as JSON, environment.json, manifest.json.
     Diagnose(crate::cmd::diagnose::Args),
+    /// Runs a command with the profiler preloaded (one trace per process), forwards
+    /// signals to it, exits with its status, and lists the traces written.
+    Run(crate::cmd::run::Args),
 }
 
 #[derive(Debug, Args)]
 struct Input {
-    /// The trace file written by the shim.
+    /// The trace file written by the shim (a directory: the traces in it).
     trace: PathBuf,
+    /// More traces of the same job (one per rank): a line per trace, the highest rank,
+    /// and sites merged over them. A directory stands for the traces in it.
+    #[arg(value_name = "TRACE")]
+    more: Vec<PathBuf>,
     /// Print the report as JSON (fields in docs/REPORTS.md) instead of text.
     #[arg(long)]
     json: bool,
+    /// Group memory by the innermost NVTX range open on the allocating thread (one trace).
+    #[arg(long, value_enum, value_name = "WHAT")]
+    by: Option<By>,
+}
+
+impl Input {
+    /// `--by` reads one trace: with several, a usage error (exit 2).
+    fn check_by(&self) {
+        if self.by.is_some() && (!self.more.is_empty() || self.trace.is_dir()) {
+            use clap::CommandFactory;
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--by range reads one trace file: give one TRACE",
+                )
+                .exit();
+        }
+    }
+
+    /// Several traces (more than one path, or a directory): the multi-trace report of
+    /// `cmd::ranks`. One trace file keeps the single-trace report.
+    fn several(&self) -> Option<Vec<PathBuf>> {
+        (!self.more.is_empty() || self.trace.is_dir()).then(|| {
+            std::iter::once(&self.trace)
+                .chain(&self.more)
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn ranks(&self, which: ranks::Which) -> ranks::Options {
+        ranks::Options {
+            which,
+            json: self.json,
+            top: 0,
+            frames: DEFAULT_FRAMES,
+            max_peak: None,
+            max_leaked: None,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
 struct Frames {
-    /// Stack frames shown per call site (0: all).
+    /// Native stack frames shown per call site (0: all); Python frames are always shown.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_FRAMES)]
     frames: usize,
 }
@@ -115,6 +165,10 @@ pub fn run() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
     let cli = Cli::parse();
     crate::term::set_quiet(cli.quiet);
+    if let Command::Run(args) = &cli.command {
+        // Before Ctrl-C is caught: the launcher passes signals on to the program.
+        return crate::cmd::run::main(args);
+    }
     crate::term::catch_interrupt();
     let mut result = execute(&cli);
     if crate::term::interrupted() && !matches!(result, Err(Error::Gate(_) | Error::Findings(_))) {
@@ -136,8 +190,20 @@ pub fn run() -> ExitCode {
 fn execute(cli: &Cli) -> Result<(), Error> {
     match &cli.command {
         Command::Summary { input, max_peak } => {
+            input.check_by();
+            if let Some(traces) = input.several() {
+                let opts = ranks::Options {
+                    max_peak: *max_peak,
+                    ..input.ranks(ranks::Which::Summary)
+                };
+                return ranks::run(&traces, &opts);
+            }
             let loaded = load(&input.trace)?;
-            let report = summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
+            let mut report =
+                summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
+            if input.by == Some(By::Range) {
+                report.by_range = Some(by_range::summary(&loaded.replayed));
+            }
             emit(input.json, &report, summary::write_text)?;
             gate("peak", report.totals.peak_bytes, "--max-peak", *max_peak)
         }
@@ -147,11 +213,24 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             frames,
             max_peak,
         } => {
+            input.check_by();
+            if let Some(traces) = input.several() {
+                let opts = ranks::Options {
+                    top: *top,
+                    frames: frames.frames,
+                    max_peak: *max_peak,
+                    ..input.ranks(ranks::Which::Peak)
+                };
+                return ranks::run(&traces, &opts);
+            }
             let loaded = load(&input.trace)?;
             let r = &loaded.replayed;
-            let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+            let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
             let trace = TraceInfo::new(&input.trace, &loaded);
-            let report = peak::build(trace, r, &mut sym, *top, frames.frames);
+            let mut report = peak::build(trace, r, &mut sym, *top, frames.frames);
+            if input.by == Some(By::Range) {
+                report.by_range = Some(by_range::peak(r, *top));
+            }
             warn_all(sym.take_warnings());
             emit(input.json, &report, peak::write_text)?;
             gate("peak", r.totals.peak_bytes, "--max-peak", *max_peak)
@@ -162,11 +241,24 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             frames,
             max_leaked,
         } => {
+            input.check_by();
+            if let Some(traces) = input.several() {
+                let opts = ranks::Options {
+                    top: *top,
+                    frames: frames.frames,
+                    max_leaked: *max_leaked,
+                    ..input.ranks(ranks::Which::Leaks)
+                };
+                return ranks::run(&traces, &opts);
+            }
             let loaded = load(&input.trace)?;
             let r = &loaded.replayed;
-            let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+            let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
             let trace = TraceInfo::new(&input.trace, &loaded);
-            let report = leaks::build(trace, r, &mut sym, *top, frames.frames);
+            let mut report = leaks::build(trace, r, &mut sym, *top, frames.frames);
+            if input.by == Some(By::Range) {
+                report.by_range = Some(by_range::leaks(r, *top));
+            }
             warn_all(sym.take_warnings());
             emit(input.json, &report, leaks::write_text)?;
             gate("leaked", report.total_bytes, "--max-leaked", *max_leaked)
@@ -182,6 +274,8 @@ fn execute(cli: &Cli) -> Result<(), Error> {
         Command::Monitor(args) => crate::cmd::monitor::run_args(args),
         Command::Track(args) => crate::cmd::track::run_args(args),
         Command::Diagnose(args) => crate::cmd::diagnose::run_args(args),
+        // Handled by `run` before this point (it returns the program's exit status).
+        Command::Run(_) => Ok(()),
     }
 }
 

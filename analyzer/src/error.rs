@@ -53,6 +53,9 @@ pub enum Error {
     Gate(String),
     /// Findings reported as failure, as asked; the message counts them.
     Findings(String),
+    /// Input that is not what a trace command reads, beyond one file's content (a
+    /// directory holding no trace); the message says what was looked for. Exit 5.
+    Invalid(String),
     /// Ctrl-C.
     Interrupted,
 }
@@ -65,6 +68,7 @@ impl Error {
             }
             Error::Gate(_) => Exit::GateFailed,
             Error::Findings(_) => Exit::Findings,
+            Error::Invalid(_) => Exit::InvalidInput,
             Error::Interrupted => Exit::Interrupted,
             // An I/O failure while reading is the file's situation, not its content.
             Error::Read {
@@ -84,6 +88,7 @@ impl fmt::Display for Error {
             Error::Output(e) => write!(f, "writing the report: {e}"),
             Error::File { what, source } => write!(f, "{what}: {source}"),
             Error::Failed(m) | Error::Gate(m) | Error::Findings(m) => f.write_str(m),
+            Error::Invalid(m) => f.write_str(m),
             Error::Interrupted => f.write_str("interrupted"),
         }
     }

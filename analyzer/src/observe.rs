@@ -27,7 +27,11 @@ pub fn record_time(record: &Record) -> Option<u64> {
         Record::Module(m) => Some(m.time_ns),
         Record::Stats(s) | Record::End(s) => Some(s.time_ns),
         Record::Sample(s) => Some(s.time_ns),
-        Record::Stack { .. } | Record::Unknown { .. } => None,
+        Record::Nvtx(n) => Some(n.time_ns),
+        Record::Stack { .. }
+        | Record::PyCode(_)
+        | Record::NvtxString { .. }
+        | Record::Unknown { .. } => None,
     }
 }
 

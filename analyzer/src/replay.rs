@@ -25,9 +25,11 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::io::Read;
 
 use crate::fasthash::FastMap;
+use crate::ranges::{Ranges, RangesResult};
 
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, ReadError, Record, Sample, TraceReader, FREE_RANGE,
+    Alloc, AllocFailed, Free, MemKind, Module, PyCode, ReadError, Record, Sample, TraceReader,
+    FREE_RANGE,
 };
 
 /// Failed allocations kept with their details for reports; later ones are only counted.
@@ -187,7 +189,13 @@ pub struct Replayed {
     pub stacks: HashMap<u64, StackInfo>,
     /// In trace order.
     pub modules: Vec<Module>,
+    /// Python code objects by id, for the Python frames in `stacks`.
+    pub python: HashMap<u64, PyCode>,
     pub pipeline: Pipeline,
+    /// Memory by NVTX range (`ranges.rs`); `None` when the trace has no NVTX record.
+    pub ranges: Option<RangesResult>,
+    /// Allocations live when `totals` reached its peak.
+    pub peak_allocations: u64,
 }
 
 /// A change to live memory made by one record, as `Replay::record_changes` reports it.
@@ -284,10 +292,17 @@ pub struct Replay {
     /// events skip looking their stack up in `stacks`.
     unused_stacks: FastMap<u64, ()>,
     modules: Vec<Module>,
+    /// Python code objects by id (what Python frames in stacks name).
+    python: HashMap<u64, PyCode>,
     pipeline: Pipeline,
     nvml: Vec<NvmlDevice>,
     /// Set only inside `record_changes`: where `alloc` and `release` report changes.
     journal: Option<Vec<LiveChange>>,
+    /// Allocations live at `totals`' peak (what `Ranges` starts from).
+    peak_allocations: u64,
+    /// NVTX range attribution, from the trace's first NVTX record on (boxed: a trace
+    /// without NVTX pays one pointer).
+    ranges: Option<Box<Ranges>>,
 }
 
 impl Replay {
@@ -352,8 +367,23 @@ impl Replay {
                 }
             }
             Record::Sample(m) => self.sample(&m),
+            Record::PyCode(c) => {
+                self.python.insert(c.id, c);
+            }
+            Record::Nvtx(n) => {
+                self.saw_time(n.time_ns);
+                self.ranges().event(&n);
+            }
+            Record::NvtxString { id, text } => self.ranges().string(id, text),
             Record::Unknown { .. } => self.pipeline.unknown_records += 1,
         }
+    }
+
+    /// The NVTX range state, started at the first NVTX record.
+    fn ranges(&mut self) -> &mut Ranges {
+        let (totals, peak_allocations) = (&self.totals, self.peak_allocations);
+        self.ranges
+            .get_or_insert_with(|| Box::new(Ranges::new(totals, peak_allocations)))
     }
 
     fn saw_time(&mut self, time_ns: u64) {
@@ -424,7 +454,13 @@ impl Replay {
         *bytes = bytes.saturating_add(a.size);
         *count += 1;
         if a.kind.is_memory() {
-            self.totals.add(a.size, a.time_ns);
+            let new_peak = self.totals.add(a.size, a.time_ns);
+            if new_peak {
+                self.peak_allocations = self.totals.live_allocations;
+            }
+            if let Some(ranges) = self.ranges.as_deref_mut() {
+                ranges.alloc(a.tid, &live, new_peak);
+            }
         }
     }
 
@@ -487,6 +523,9 @@ impl Replay {
             }
         }
         if freed.kind.is_memory() {
+            if let Some(ranges) = self.ranges.as_deref_mut() {
+                ranges.release(&freed);
+            }
             self.totals.remove(freed.size);
         }
     }
@@ -608,6 +647,7 @@ impl Replay {
                 Slot::Many(all) => live.extend(all),
             }
         }
+        let ranges = self.ranges.map(|r| r.finish(&live));
         Replayed {
             rows,
             totals: self.totals,
@@ -617,7 +657,10 @@ impl Replay {
             live,
             stacks: self.stacks.into_iter().collect(),
             modules: self.modules,
+            python: self.python,
             pipeline: self.pipeline,
+            ranges,
+            peak_allocations: self.peak_allocations,
             nvml: {
                 let mut nvml = self.nvml;
                 nvml.sort_by_key(|d| d.device);

@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::Path;
 
 use addr2line::Loader;
-use gpumemprof_format::Module;
+use gpumemprof_format::{as_python_frame, Module, PyCode};
 use serde::Serialize;
 
 use crate::replay::StackInfo;
@@ -33,6 +33,9 @@ pub struct Frame {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub inlined: bool,
+    /// A Python frame (`function` is the code object's qualified name, `file` and `line`
+    /// where Python is executing); `address` is then the frame's word in the trace.
+    pub python: bool,
     /// Return address minus the module's load bias, for `module+0xoffset` in text.
     #[serde(skip)]
     pub offset: Option<u64>,
@@ -48,6 +51,22 @@ impl Frame {
             line: None,
             inlined: false,
             offset: module.map(|m| address.wrapping_sub(m.bias)),
+            python: false,
+        }
+    }
+
+    /// A Python frame: the function and file of its code object (`?` if the trace never
+    /// defined it), no module.
+    fn python(word: u64, code: Option<&PyCode>, line: u32) -> Frame {
+        Frame {
+            address: format!("{word:#x}"),
+            module: None,
+            function: Some(code.map_or_else(|| "?".to_string(), |c| c.name.clone())),
+            file: Some(code.map_or_else(|| "?".to_string(), |c| c.filename.clone())),
+            line: Some(line),
+            inlined: false,
+            offset: None,
+            python: true,
         }
     }
 
@@ -147,6 +166,7 @@ impl SizedSymbols {
 pub struct Symbolizer<'a> {
     modules: &'a [Module],
     stacks: &'a HashMap<u64, StackInfo>,
+    python: &'a HashMap<u64, PyCode>,
     files: HashMap<String, ModuleFile>,
     cache: HashMap<(u64, usize), Vec<Frame>>,
     distrusted: HashSet<String>,
@@ -154,10 +174,17 @@ pub struct Symbolizer<'a> {
 }
 
 impl<'a> Symbolizer<'a> {
-    pub fn new(modules: &'a [Module], stacks: &'a HashMap<u64, StackInfo>) -> Self {
+    /// `python`: the trace's Python code objects, which Python frames in `stacks` name
+    /// (`Replayed::python`).
+    pub fn new(
+        modules: &'a [Module],
+        stacks: &'a HashMap<u64, StackInfo>,
+        python: &'a HashMap<u64, PyCode>,
+    ) -> Self {
         Symbolizer {
             modules,
             stacks,
+            python,
             files: HashMap::new(),
             cache: HashMap::new(),
             distrusted: HashSet::new(),
@@ -170,8 +197,9 @@ impl<'a> Symbolizer<'a> {
         std::mem::take(&mut self.warnings)
     }
 
-    /// The frames of stack `id`, innermost first, at most `max` (0: all). Unknown ids
-    /// (0 = no stack captured) give no frames.
+    /// The frames of stack `id`, innermost first: at most `max` native frames (0: all)
+    /// and every Python frame (what the user wrote is never cut off by the frames of the
+    /// libraries it calls). Unknown ids (0 = no stack captured) give no frames.
     pub fn stack(&mut self, id: u64, max: usize) -> Vec<Frame> {
         let stacks = self.stacks;
         let Some(info) = stacks.get(&id) else {
@@ -179,13 +207,22 @@ impl<'a> Symbolizer<'a> {
         };
         let limit = if max == 0 { usize::MAX } else { max };
         let mut out = Vec::new();
+        let mut native = 0usize;
         for &address in &info.frames {
-            if out.len() >= limit {
-                break;
+            if as_python_frame(address).is_some() {
+                out.extend(self.address(address, info.first_use_ns));
+                continue;
             }
-            out.extend(self.address(address, info.first_use_ns));
+            if native >= limit {
+                continue;
+            }
+            for f in self.address(address, info.first_use_ns) {
+                if native < limit {
+                    out.push(f);
+                    native += 1;
+                }
+            }
         }
-        out.truncate(limit);
         out
     }
 
@@ -211,6 +248,9 @@ impl<'a> Symbolizer<'a> {
     }
 
     fn address(&mut self, address: u64, when: Option<u64>) -> Vec<Frame> {
+        if let Some((code, line)) = as_python_frame(address) {
+            return vec![Frame::python(address, self.python.get(&code), line)];
+        }
         let modules = self.modules;
         let Some(index) = self.module_for(address, when) else {
             return vec![Frame::bare(address, None)];

@@ -23,15 +23,16 @@ use std::sync::OnceLock;
 use gpumemprof_analyzer::cmd::{analyze, diff, info, live, telemetry};
 use gpumemprof_analyzer::observe;
 use gpumemprof_analyzer::replay::Loaded;
-use gpumemprof_analyzer::report::{leaks, oom, peak, summary, TraceInfo};
+use gpumemprof_analyzer::report::{by_range, leaks, oom, peak, summary, TraceInfo};
 use gpumemprof_analyzer::snapshot::{Moment as SnapMoment, Snapshot, SnapshotBuilder};
 use gpumemprof_analyzer::symbolize::Symbolizer;
 use gpumemprof_analyzer::timeline::TimelineBuilder;
+use gpumemprof_analyzer::torch_snapshot;
 use gpumemprof_analyzer::views::flamegraph::{folded, svg, Style};
 use gpumemprof_analyzer::views::{self, chart, chrome, csv, html};
 use gpumemprof_format::{
-    compress_block, write_preamble, Alloc, AllocFailed, BlockEncoder, Free, MemKind, Module,
-    Record, Sample, Stats, TraceReader, TraceWriter, MAX_BLOCK_RAW,
+    compress_block, write_preamble, Alloc, AllocFailed, BlockEncoder, Free, MemKind, Module, Nvtx,
+    NvtxOp, Record, Sample, Stats, TraceReader, TraceWriter, MAX_BLOCK_RAW,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -181,7 +182,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     let path = Path::new("fuzz.gmt");
     let trace = TraceInfo::new(path, &loaded);
     let r = &loaded.replayed;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let summary = summary::build(trace.clone(), r);
     render(&summary, summary::write_text);
     render(
@@ -190,6 +191,16 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     );
     let leaks = leaks::build(trace.clone(), r, &mut sym, 0, 0);
     render(&leaks, leaks::write_text);
+    // `--by range` of the three.
+    let mut s = summary::build(trace.clone(), r);
+    s.by_range = Some(by_range::summary(r));
+    render(&s, summary::write_text);
+    let mut p = peak::build(trace.clone(), r, &mut sym, 0, 0);
+    p.by_range = Some(by_range::peak(r, 0));
+    render(&p, peak::write_text);
+    let mut l = leaks::build(trace.clone(), r, &mut sym, 0, 0);
+    l.by_range = Some(by_range::leaks(r, 0));
+    render(&l, leaks::write_text);
     let analyzed = analyze::build(trace.clone(), r, analysis, &mut sym, 0);
     render(&analyzed, analyze::write_text);
     render(
@@ -275,7 +286,19 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         apis: &apis,
     };
     html::render(&page);
+    // The PyTorch memory snapshot export, written to memory.
+    if let Ok(Ok(surveyed)) = open().map(torch_snapshot::survey) {
+        let reopen = || {
+            TraceReader::open(Cursor::new(bytes))
+                .map_err(|e| gpumemprof_analyzer::cmd::common::read_error(&trace_path(), e))
+        };
+        let _ = torch_snapshot::write(&trace_path(), &surveyed, &reopen, Vec::new());
+    }
     true
+}
+
+fn trace_path() -> PathBuf {
+    PathBuf::from("fuzz.trace")
 }
 
 /// Whether the counts of folded lines (`stack count`) add up without overflowing.
@@ -313,7 +336,11 @@ fn oom_report(loaded: &Loaded, bytes: &[u8], opts: &oom::Options) {
             .expect("pass 2")
             .expect("the failure is found again");
         scrub(&mut moment.replayed.modules);
-        let mut sym = Symbolizer::new(&moment.replayed.modules, &moment.replayed.stacks);
+        let mut sym = Symbolizer::new(
+            &moment.replayed.modules,
+            &moment.replayed.stacks,
+            &moment.replayed.python,
+        );
         let report = oom::build(trace.clone(), &scan, Some((index, &moment, &mut sym)), opts);
         render(&report, oom::write_text);
     }
@@ -523,6 +550,21 @@ fn record() -> impl Strategy<Value = Record> {
             }),
         2 => (0u64..6, proptest::collection::vec(any::<u64>(), 0..40))
             .prop_map(|(id, frames)| Record::Stack { id, frames }),
+        // Stacks mixing return addresses with Python frames of codes that may be defined.
+        1 => (0u64..6, proptest::collection::vec((any::<bool>(), 0u64..5, any::<u32>()), 0..40))
+            .prop_map(|(id, frames)| Record::Stack {
+                id,
+                frames: frames
+                    .into_iter()
+                    .map(|(py, code, line)| {
+                        if py { gpumemprof_format::python_frame(code, line) } else { u64::from(line) }
+                    })
+                    .collect(),
+            }),
+        1 => (0u64..5, any::<u32>(), ".{0,40}", ".{0,40}")
+            .prop_map(|(id, first_line, filename, name)| {
+                Record::PyCode(gpumemprof_format::PyCode { id, first_line, filename, name })
+            }),
         1 => (time.clone(), any::<u64>(), small_or_extreme(), small_or_extreme(),
               proptest::sample::select(vec!["", "/lib/libfuzz.so", "/nonexistent/x"]))
             .prop_map(|(t, bias, start, end, path)| Record::Module(Module {
@@ -533,6 +575,12 @@ fn record() -> impl Strategy<Value = Record> {
                 Record::Sample(Sample { time_ns: t, device, process_used, device_used,
                                         device_total })
             }),
+        2 => (time.clone(), 0u32..3, 0u8..6, 0u64..3, 0u64..5, 0u64..4)
+            .prop_map(|(t, tid, op, domain, name, range)| Record::Nvtx(Nvtx {
+                time_ns: t, tid, op: NvtxOp::from_u8(op), domain, name, range,
+            })),
+        1 => (0u64..5, proptest::sample::select(vec!["", "forward", "ünï"]))
+            .prop_map(|(id, text)| Record::NvtxString { id, text: text.into() }),
         1 => (time, any::<bool>(), small_or_extreme()).prop_map(|(t, end, n)| {
             let s = Stats { time_ns: t, events: n, queue_waits: n / 2, dropped: n % 3 };
             if end { Record::End(s) } else { Record::Stats(s) }

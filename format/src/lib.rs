@@ -30,6 +30,15 @@
 //!  6 Stats:       time, events, queue_waits, dropped
 //!  7 End:         time, events, queue_waits, dropped
 //!  8 Sample:      time, device(zz), process_used, device_used, device_total
+//!  9 PyCode:      id, first_line, filename_len, filename bytes, name_len, name bytes
+//! 10 Nvtx:        dt*, tid, op, domain, name, range
+//! 11 NvtxString:  id, len, UTF-8 bytes
+//!
+//! `dt*` of an Nvtx record is a zigzag delta from the block's running event time that
+//! does not advance it: a reader that skips kind 10 still decodes every later delta.
+//!
+//! A stack frame word with the top bit set is a Python frame (`python_frame`): code id
+//! in bits 24..63, line in bits 0..24.
 
 mod reader;
 pub mod record;
@@ -55,6 +64,9 @@ pub mod kind {
     pub const STATS: u8 = 6;
     pub const END: u8 = 7;
     pub const SAMPLE: u8 = 8;
+    pub const PY_CODE: u8 = 9;
+    pub const NVTX: u8 = 10;
+    pub const NVTX_STRING: u8 = 11;
 }
 
 /// The JSON header may not exceed this (real headers are a few KiB; argv is capped by the shim).

@@ -187,6 +187,117 @@ pub struct Sample {
     pub device_total: u64,
 }
 
+/// A Python code object (function) that stack frames refer to: defined once, before the
+/// first stack that uses it. A Python frame in a stack is one word, see [`python_frame`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyCode {
+    /// The id stack frames carry (never 0).
+    pub id: u64,
+    /// `co_firstlineno`: the line of the `def` (or 1 for a module).
+    pub first_line: u32,
+    /// `co_filename`, as Python has it (absolute or as imported).
+    pub filename: String,
+    /// `co_qualname` (Python 3.11 and later) or `co_name`: `Trainer.step`, `<module>`.
+    pub name: String,
+}
+
+/// The tag bit of a Python frame in a stack: return addresses of a 64-bit user space
+/// never have it (they are below 2^47 on x86_64, 2^52 on aarch64).
+pub const PY_FRAME_TAG: u64 = 1 << 63;
+/// Bits of a Python frame word holding the line number (lines from 2^24 on read as
+/// 2^24 - 1: no source file is that long).
+pub const PY_LINE_BITS: u32 = 24;
+/// The largest code id a frame word can carry (39 bits: 550 billion functions).
+pub const PY_MAX_CODE_ID: u64 = (1 << (63 - PY_LINE_BITS)) - 1;
+/// Python strings (file and function names) longer than this are cut when written.
+pub const MAX_PY_STRING: usize = 4096;
+
+/// The stack word of a Python frame: code `code_id` at `line`.
+#[inline]
+pub fn python_frame(code_id: u64, line: u32) -> u64 {
+    let line = u64::from(line).min((1 << PY_LINE_BITS) - 1);
+    PY_FRAME_TAG | ((code_id & PY_MAX_CODE_ID) << PY_LINE_BITS) | line
+}
+
+/// `(code id, line)` if the stack word is a Python frame, `None` for a return address.
+#[inline]
+pub fn as_python_frame(word: u64) -> Option<(u64, u32)> {
+    (word & PY_FRAME_TAG != 0).then_some((
+        (word & !PY_FRAME_TAG) >> PY_LINE_BITS,
+        (word & ((1 << PY_LINE_BITS) - 1)) as u32,
+    ))
+}
+
+/// What an NVTX call did (`Nvtx::op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NvtxOp {
+    /// `nvtxRangePush*`: a range opens on the calling thread (ranges nest per thread).
+    Push,
+    /// `nvtxRangePop`: the thread's innermost pushed range of the domain closes.
+    Pop,
+    /// `nvtxRangeStart*`: a range that any thread may end, identified by `Nvtx::range`.
+    Start,
+    /// `nvtxRangeEnd`: the range `Nvtx::range` closes.
+    End,
+    /// `nvtxMark*`: an instant.
+    Mark,
+    /// An operation written by a newer shim.
+    Other(u8),
+}
+
+impl NvtxOp {
+    pub fn to_u8(self) -> u8 {
+        match self {
+            NvtxOp::Push => 0,
+            NvtxOp::Pop => 1,
+            NvtxOp::Start => 2,
+            NvtxOp::End => 3,
+            NvtxOp::Mark => 4,
+            NvtxOp::Other(v) => v,
+        }
+    }
+    pub fn from_u8(v: u8) -> NvtxOp {
+        match v {
+            0 => NvtxOp::Push,
+            1 => NvtxOp::Pop,
+            2 => NvtxOp::Start,
+            3 => NvtxOp::End,
+            4 => NvtxOp::Mark,
+            v => NvtxOp::Other(v),
+        }
+    }
+    /// Stable lowercase name used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            NvtxOp::Push => "push",
+            NvtxOp::Pop => "pop",
+            NvtxOp::Start => "start",
+            NvtxOp::End => "end",
+            NvtxOp::Mark => "mark",
+            NvtxOp::Other(_) => "other",
+        }
+    }
+}
+
+/// An NVTX range or mark, recorded by the shim as NVTX's injection library
+/// (`NVTX_INJECTION64_PATH`). In time order with the allocations of the same thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nvtx {
+    pub time_ns: u64,
+    pub tid: u32,
+    pub op: NvtxOp,
+    /// String id (`Record::NvtxString`) of the domain's name; 0 = NVTX's default domain.
+    pub domain: u64,
+    /// String id of the message; 0 = none (a pop, an end, or a range without a message).
+    pub name: u64,
+    /// For `Start` and `End`: the range id `nvtxRangeStart*` returned (never 0); else 0.
+    pub range: u64,
+}
+
+/// NVTX strings (messages and domain names) longer than this are cut when written, and a
+/// reader rejects longer ones. The shim itself keeps at most 256 bytes of a message.
+pub const MAX_NVTX_STRING: usize = 4096;
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -203,6 +314,16 @@ pub enum Record {
     Stats(Stats),
     /// An NVML sample of one device.
     Sample(Sample),
+    /// A Python code object that stacks refer to. Defined before first use.
+    PyCode(PyCode),
+    /// An NVTX range push/pop, start/end or mark.
+    Nvtx(Nvtx),
+    /// An NVTX string (message or domain name), interned: defined once, before the first
+    /// `Nvtx` record that uses its id.
+    NvtxString {
+        id: u64,
+        text: String,
+    },
     /// Written once when the trace is closed cleanly; its absence means the process
     /// died (or was still running) before the final flush.
     End(Stats),

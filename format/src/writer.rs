@@ -8,7 +8,10 @@ use std::io::{self, Write};
 use zstd::bulk::Compressor;
 use zstd::zstd_safe::{self, CParameter};
 
-use crate::record::{Alloc, AllocFailed, Free, Module, Record, Sample, Stats};
+use crate::record::{
+    Alloc, AllocFailed, Free, Module, Nvtx, PyCode, Record, Sample, Stats, MAX_NVTX_STRING,
+    MAX_PY_STRING,
+};
 use crate::varint::{put_u64, zigzag};
 use crate::{
     kind, FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN,
@@ -164,6 +167,56 @@ impl BlockEncoder {
         self.commit(kind::SAMPLE);
     }
 
+    /// A Python code object; strings longer than `MAX_PY_STRING` bytes are cut at a
+    /// character boundary.
+    pub fn py_code(&mut self, c: &PyCode) {
+        fn cut(s: &str) -> &[u8] {
+            let mut end = s.len().min(MAX_PY_STRING);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            &s.as_bytes()[..end]
+        }
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, c.id);
+        put_u64(s, c.first_line.into());
+        for text in [cut(&c.filename), cut(&c.name)] {
+            put_u64(s, text.len() as u64);
+            s.extend_from_slice(text);
+        }
+        self.commit(kind::PY_CODE);
+    }
+
+    /// An NVTX event. Its time is a delta from the block's running event time that does
+    /// not advance it, so a reader that skips this kind decodes later events unchanged.
+    pub fn nvtx(&mut self, n: &Nvtx) {
+        self.scratch.clear();
+        let dt = zigzag(n.time_ns.wrapping_sub(self.last_time) as i64);
+        let s = &mut self.scratch;
+        put_u64(s, dt);
+        put_u64(s, n.tid.into());
+        put_u64(s, n.op.to_u8().into());
+        put_u64(s, n.domain);
+        put_u64(s, n.name);
+        put_u64(s, n.range);
+        self.commit(kind::NVTX);
+    }
+
+    /// An NVTX string; bytes past `MAX_NVTX_STRING` are cut at a character boundary.
+    pub fn nvtx_string(&mut self, id: u64, text: &str) {
+        let mut end = text.len().min(MAX_NVTX_STRING);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, id);
+        put_u64(s, end as u64);
+        s.extend_from_slice(&text.as_bytes()[..end]);
+        self.commit(kind::NVTX_STRING);
+    }
+
     /// Periodic pipeline counters.
     pub fn stats(&mut self, s: &Stats) {
         self.counters(kind::STATS, s);
@@ -184,6 +237,9 @@ impl BlockEncoder {
             Record::Module(m) => self.module(m),
             Record::Stats(s) => self.stats(s),
             Record::Sample(m) => self.sample(m),
+            Record::PyCode(c) => self.py_code(c),
+            Record::Nvtx(n) => self.nvtx(n),
+            Record::NvtxString { id, text } => self.nvtx_string(*id, text),
             Record::End(s) => self.end(s),
             Record::Unknown { .. } => {}
         }

@@ -213,6 +213,50 @@ fn every_kind() -> Vec<Record> {
             device_total: 80 << 30,
         }),
         Record::Sample(Sample::default()),
+        Record::PyCode(PyCode {
+            id: 1,
+            first_line: 12,
+            filename: "/srv/train/ünïcode_model.py".into(),
+            name: "Trainer.step".into(),
+        }),
+        Record::PyCode(PyCode {
+            id: PY_MAX_CODE_ID,
+            first_line: u32::MAX,
+            filename: String::new(),
+            name: "<module>".into(),
+        }),
+        Record::Stack {
+            id: 9,
+            frames: vec![
+                0x7f00_0000_1000,
+                python_frame(1, 40),
+                python_frame(PY_MAX_CODE_ID, 1),
+            ],
+        },
+        Record::NvtxString {
+            id: 1,
+            text: "optimizer_step ünïcode".into(),
+        },
+        Record::NvtxString {
+            id: u64::MAX,
+            text: String::new(),
+        },
+        Record::Nvtx(Nvtx {
+            time_ns: 3, // behind the running event time: a negative delta
+            tid: u32::MAX,
+            op: NvtxOp::Push,
+            domain: 0,
+            name: 1,
+            range: 0,
+        }),
+        Record::Nvtx(Nvtx {
+            time_ns: u64::MAX,
+            tid: 0,
+            op: NvtxOp::Other(255),
+            domain: u64::MAX,
+            name: u64::MAX,
+            range: u64::MAX,
+        }),
         Record::Stats(Stats {
             time_ns: u64::MAX,
             events: u64::MAX,
@@ -892,5 +936,45 @@ fn random_corruptions_of_a_valid_file_never_panic() {
         if let Ok((recs, _)) = read_through(&b) {
             assert!(recs.len() <= blocks.concat().len() + 64);
         }
+    }
+}
+
+/// A Python frame word keeps its code id and line, and never looks like an address; a line
+/// past 24 bits is clamped, not wrapped into the code id.
+#[test]
+fn python_frame_words() {
+    let w = python_frame(77, 1234);
+    assert_eq!(as_python_frame(w), Some((77, 1234)));
+    assert_eq!(as_python_frame(0x7fff_ffff_f000), None);
+    assert_eq!(
+        as_python_frame(python_frame(5, u32::MAX)),
+        Some((5, (1 << 24) - 1))
+    );
+    assert_eq!(
+        as_python_frame(python_frame(PY_MAX_CODE_ID, 0)),
+        Some((PY_MAX_CODE_ID, 0))
+    );
+}
+
+/// A Python code record whose strings run past `MAX_PY_STRING` is cut on write, at a
+/// character boundary.
+#[test]
+fn python_code_strings_are_cut_at_a_char_boundary() {
+    let mut enc = BlockEncoder::new();
+    let long = "é".repeat(MAX_PY_STRING); // 2 bytes each
+    enc.py_code(&PyCode {
+        id: 3,
+        first_line: 1,
+        filename: long,
+        name: "f".into(),
+    });
+    let file = file_of_raw(&[enc.raw().to_vec()]);
+    let (records, _) = read_all(&file).unwrap();
+    match &records[..] {
+        [Record::PyCode(c)] => {
+            assert_eq!(c.filename.len(), MAX_PY_STRING);
+            assert_eq!(c.name, "f");
+        }
+        other => panic!("{other:?}"),
     }
 }

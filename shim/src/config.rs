@@ -7,8 +7,8 @@
 pub enum StackMode {
     Off,
     Native,
-    /// Native plus Python frames. Python frames are not captured yet, so this is
-    /// `Native` today; it stays the default so traces gain them without a config change.
+    /// Native plus the thread's Python frames (CPython 3.9 to 3.13), merged in place of
+    /// the interpreter's evaluation frames (`python/`).
     Full,
 }
 
@@ -67,6 +67,9 @@ pub enum ForkMode {
 /// the allocating thread's stack.
 pub const MAX_STACK_DEPTH: usize = 128;
 
+/// Framework modes recorded at most (the launcher passes one per framework).
+const MAX_FRAMEWORK_MODES: usize = 16;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub disabled: bool,
@@ -84,6 +87,10 @@ pub struct Config {
     pub signals: bool,
     pub clock: crate::clock::Source,
     pub unwind: UnwindMode,
+    /// `GPUMEMPROF_TRACE_LIST`: a file to append the trace's path to once it exists.
+    pub trace_list: Option<String>,
+    /// `GPUMEMPROF_FRAMEWORK_MODES`: the launcher's framework modes (`torch=tensors`).
+    pub framework_modes: Vec<String>,
 }
 
 impl Default for Config {
@@ -103,6 +110,8 @@ impl Default for Config {
             signals: true,
             clock: crate::clock::Source::Auto,
             unwind: UnwindMode::Fast,
+            trace_list: None,
+            framework_modes: Vec::new(),
         }
     }
 }
@@ -124,7 +133,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_STACKS",
         default: "full",
-        doc: "`off` (no stacks, cheapest), `native` (return addresses, symbolized by the analyzer), `full` (native; Python frames will be added here).",
+        doc: "`off` (no stacks, cheapest), `native` (return addresses, symbolized by the analyzer), `full` (native plus Python frames: file, function and line of the allocating thread's Python code, CPython 3.9 to 3.13, in place of the interpreter's own frames; at most 128 Python frames, on top of `GPUMEMPROF_STACK_DEPTH` native ones).",
     },
     Var {
         name: "GPUMEMPROF_STACK_DEPTH",
@@ -164,7 +173,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_SIGNALS",
         default: "1",
-        doc: "`1`: on SIGTERM, SIGINT, SIGABRT, SIGSEGV and SIGBUS the trace is completed (or flushed, when the program handles the signal itself) before the program's own handler or the default action runs. `0` installs no handlers.",
+        doc: "`1`: on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV and SIGBUS the trace is completed (or flushed, when the program handles the signal itself) before the program's own handler or the default action runs. `0` installs no handlers.",
     },
     Var {
         name: "GPUMEMPROF_CLOCK",
@@ -185,6 +194,16 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_DISABLE",
         default: "0",
         doc: "`1` turns the shim into a pure pass-through: nothing is recorded and no file is created.",
+    },
+    Var {
+        name: "GPUMEMPROF_TRACE_LIST",
+        default: "unset",
+        doc: "A file to which each process appends the absolute path of its trace, as one line written with one `write(2)` (`O_APPEND`), when it creates the trace. `gpumemprof run` sets it to list every trace of a process tree. If the file cannot be written, a warning is printed and the program goes on.",
+    },
+    Var {
+        name: "GPUMEMPROF_FRAMEWORK_MODES",
+        default: "unset",
+        doc: "The framework modes `gpumemprof run` was given, comma-separated (`torch=tensors,tf=async`). The trace header's `framework` object records them with the framework allocator variables present at start (`PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_ALLOC_CONF`, `PYTORCH_NO_CUDA_MEMORY_CACHING`, `XLA_PYTHON_CLIENT_*`, `TF_FORCE_GPU_ALLOW_GROWTH`, `TF_GPU_ALLOCATOR`), so reports say whether they see tensors or an allocator's segments.",
     },
 ];
 
@@ -331,6 +350,22 @@ impl Config {
                 None => w.push(format!("GPUMEMPROF_QUIET={v:?} is not 0 or 1; ignored")),
             }
         }
+        if let Some(v) = get("GPUMEMPROF_TRACE_LIST") {
+            if !v.trim().is_empty() {
+                c.trace_list = Some(v);
+            }
+        }
+        if let Some(v) = get("GPUMEMPROF_FRAMEWORK_MODES") {
+            // Recorded as given (the analyzer interprets them); bounded, since it goes
+            // into the header of every trace.
+            c.framework_modes = v
+                .split(',')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .take(MAX_FRAMEWORK_MODES)
+                .map(|m| m.chars().take(64).collect())
+                .collect();
+        }
         (c, w)
     }
 
@@ -395,6 +430,7 @@ mod tests {
             (Mode::Full, 65536, ForkMode::Trace, true)
         );
         assert!(!c.quiet && !c.disabled);
+        assert!(c.trace_list.is_none() && c.framework_modes.is_empty());
     }
 
     #[test]
@@ -414,7 +450,11 @@ mod tests {
             ("GPUMEMPROF_SIGNALS", "0"),
             ("GPUMEMPROF_CLOCK", "monotonic"),
             ("GPUMEMPROF_UNWIND", "check"),
+            ("GPUMEMPROF_TRACE_LIST", "/tmp/list"),
+            ("GPUMEMPROF_FRAMEWORK_MODES", "torch=tensors, tf=async,"),
         ]);
+        assert_eq!(c.trace_list.as_deref(), Some("/tmp/list"));
+        assert_eq!(c.framework_modes, ["torch=tensors", "tf=async"]);
         assert_eq!(c.unwind, UnwindMode::Check);
         assert_eq!(c.clock, crate::clock::Source::Monotonic);
         assert_eq!(c.nvml_ms, 0);

@@ -7,6 +7,9 @@ pub enum EventKind {
     Alloc,
     Free,
     AllocFailed,
+    /// An NVTX range or mark (`nvtx.rs`): `mem` holds the `NvtxOp`, `address` the domain's
+    /// name id, `size` the message's name id, `aux` the start/end range id.
+    Nvtx,
 }
 
 #[derive(Clone, Copy, Debug)]

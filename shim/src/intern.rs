@@ -14,12 +14,18 @@
 //! every id in that batch is defined first. Ids are never reused. The cache key is the
 //! stack's 64-bit hash (length included): two different stacks would have to collide in
 //! all 64 bits to share an id.
+//!
+//! Python code objects (what Python frames in a stack name) are interned in the same
+//! table, under the same lock, so the writer takes new codes and new stacks together and
+//! writes the codes first: a stack never refers to an undefined code.
 
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+
+use gpumemprof_format::{PyCode, PY_MAX_CODE_ID};
 
 /// Per-thread cache slots (a power of two): 8 KiB of TLS per thread, more distinct
 /// allocation stacks than a training loop's hot path has.
@@ -51,11 +57,21 @@ impl Hasher for FxHasher {
 }
 pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
+/// A Python code object as the shim tells them apart: its address, the addresses of its
+/// file and function name strings, and its first line. A code object freed and another
+/// allocated at its address would have to reuse both strings' addresses too.
+pub type CodeKey = [usize; 4];
+
 struct Table {
     ids: FxMap<Box<[u64]>, u64>,
     next: u64,
     /// Defined but not yet written by the writer.
     fresh: Vec<(u64, Box<[u64]>)>,
+    codes: FxMap<CodeKey, u64>,
+    /// Every code defined so far (a forked child writes them all again).
+    code_defs: Vec<PyCode>,
+    /// Codes defined but not yet written (indices into `code_defs`).
+    fresh_codes: usize,
 }
 
 static TABLE: Lazy<Mutex<Table>> = Lazy::new(|| {
@@ -63,8 +79,34 @@ static TABLE: Lazy<Mutex<Table>> = Lazy::new(|| {
         ids: FxMap::default(),
         next: 1,
         fresh: Vec::new(),
+        codes: FxMap::default(),
+        code_defs: Vec::new(),
+        fresh_codes: 0,
     })
 });
+
+/// The id of a Python code object (from 1), defining it on first sight with the names
+/// `describe` reads (called under the table's lock, only on a miss). `None` once every
+/// id a frame word can carry is taken.
+pub fn intern_code(key: CodeKey, describe: impl FnOnce() -> (String, String, u32)) -> Option<u64> {
+    let mut t = TABLE.lock();
+    if let Some(&id) = t.codes.get(&key) {
+        return Some(id);
+    }
+    let id = t.code_defs.len() as u64 + 1;
+    if id > PY_MAX_CODE_ID {
+        return None;
+    }
+    let (filename, name, first_line) = describe();
+    t.codes.insert(key, id);
+    t.code_defs.push(PyCode {
+        id,
+        first_line,
+        filename,
+        name,
+    });
+    Some(id)
+}
 
 /// 64-bit hash of a stack, never 0 (0 marks an empty cache slot).
 #[inline]
@@ -109,11 +151,16 @@ fn intern_slow(frames: &[u64]) -> u64 {
     id
 }
 
-/// Moves every stack defined since the last call into `out` (the writer writes them).
-pub fn take_fresh(out: &mut Vec<(u64, Box<[u64]>)>) {
+/// Moves every stack defined since the last call into `out`, and copies every Python
+/// code defined since then into `codes` (the writer writes the codes first).
+pub fn take_fresh(out: &mut Vec<(u64, Box<[u64]>)>, codes: &mut Vec<PyCode>) {
     let mut t = TABLE.lock();
     if !t.fresh.is_empty() {
         out.append(&mut t.fresh);
+    }
+    if t.fresh_codes < t.code_defs.len() {
+        codes.extend_from_slice(&t.code_defs[t.fresh_codes..]);
+        t.fresh_codes = t.code_defs.len();
     }
 }
 
@@ -141,6 +188,7 @@ pub unsafe fn child_after_fork() {
     let mut all: Vec<(u64, Box<[u64]>)> = t.ids.iter().map(|(k, &id)| (id, k.clone())).collect();
     all.sort_by_key(|(id, _)| *id);
     t.fresh = all;
+    t.fresh_codes = 0;
     TABLE.force_unlock();
 }
 
@@ -159,12 +207,32 @@ mod tests {
         let from_thread = std::thread::spawn(move || intern(&a)).join().unwrap();
         assert_eq!(from_thread, ia);
         let mut fresh = Vec::new();
-        take_fresh(&mut fresh);
+        take_fresh(&mut fresh, &mut Vec::new());
         let defs: Vec<_> = fresh
             .iter()
             .filter(|(id, _)| *id == ia || *id == ib)
             .collect();
         assert_eq!(defs.len(), 2);
         assert_eq!(intern(&[]), 0);
+    }
+
+    #[test]
+    fn a_code_is_defined_once_and_taken_once() {
+        let key = [0x1000, 0x2000, 0x3000, 7];
+        let a = intern_code(key, || ("train.py".into(), "step".into(), 7)).unwrap();
+        let b = intern_code(key, || panic!("described twice")).unwrap();
+        assert_eq!(a, b);
+        let other = intern_code([0x1000, 0x2000, 0x3000, 8], || {
+            ("t.py".into(), "f".into(), 8)
+        });
+        assert_ne!(other, Some(a));
+        let (mut stacks, mut codes) = (Vec::new(), Vec::new());
+        take_fresh(&mut stacks, &mut codes);
+        assert!(codes
+            .iter()
+            .any(|c| c.id == a && c.name == "step" && c.first_line == 7));
+        let mut again = Vec::new();
+        take_fresh(&mut stacks, &mut again);
+        assert!(again.iter().all(|c| c.id != a));
     }
 }

@@ -8,10 +8,12 @@
 //! - `guard`: the thread-local re-entrancy guard and thread ids;
 //! - `stack`, `unwind`, `intern`: return-address capture (the fast cached-CFI unwinder
 //!   and libgcc's) and per-thread stack interning on the hot path;
+//! - `python`: the allocating thread's Python frames, merged into its native stack;
 //! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
 //! - `recorder`: the flight recorder (`GPUMEMPROF_MODE=oom`);
 //! - `modules`: the module map written into the trace for later symbolization;
 //! - `nvml`: device memory per process from NVML, sampled by the writer thread;
+//! - `nvtx`: the NVTX injection library (`NVTX_INJECTION64_PATH`): ranges and marks;
 //! - `output`, `config`: the trace file and its header, and the environment;
 //! - `lifecycle`: lazy init, the exit flush, fork.
 //!
@@ -28,8 +30,10 @@ mod intern;
 mod lifecycle;
 pub mod modules;
 mod nvml;
+mod nvtx;
 pub mod output;
 mod pipeline;
+pub mod python;
 mod recorder;
 mod stack;
 mod unwind;

@@ -14,7 +14,7 @@
 //! the first allocation.
 //!
 //! Ends: `exit` and return from `main` run the atexit handler; `_exit`/`_Exit` are
-//! hooked to complete the trace first; SIGTERM, SIGINT, SIGABRT (`abort`, an uncaught
+//! hooked to complete the trace first; SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT (`abort`, an uncaught
 //! C++ exception), SIGSEGV and SIGBUS complete it in a handler and then run the
 //! previous handler or the default action. SIGKILL cannot be caught: the trace then
 //! holds every event older than the flush interval (blocks are written whole), and an
@@ -185,6 +185,7 @@ fn start() -> Option<&'static Pipeline> {
         stack::set_shim_range(lo, hi);
     }
     stack::set_mode(cfg.unwind);
+    crate::python::init(cfg.stacks == StackMode::Full);
     let p: &'static Pipeline = Box::leak(Box::new(Pipeline::new(
         core,
         cfg.queue_capacity,
@@ -192,6 +193,7 @@ fn start() -> Option<&'static Pipeline> {
         cfg.nvml_ms,
         start_ns,
     )));
+    p.set_trace_list(cfg.trace_list.as_deref());
     if let Some(path) = &path {
         p.set_path(path);
     }
@@ -289,11 +291,14 @@ extern "C" fn at_fork_prepare() {
         }
     }
     crate::intern::lock_for_fork();
+    // After the writer's lock, as the writer takes them (it defines NVTX names under it).
+    crate::nvtx::lock_for_fork();
 }
 
 extern "C" fn at_fork_parent() {
     // SAFETY: both locks were taken by at_fork_prepare on this thread.
     unsafe {
+        crate::nvtx::unlock_after_fork();
         crate::intern::unlock_after_fork();
         if matches!(STATE.load(Ordering::Acquire), ACTIVE | SHUTDOWN) {
             if let Some(p) = current() {
@@ -309,6 +314,8 @@ extern "C" fn at_fork_parent() {
 extern "C" fn at_fork_child() {
     // SAFETY: the table's lock was taken by at_fork_prepare on this thread.
     unsafe { crate::intern::child_after_fork() };
+    // SAFETY: the NVTX names' lock was taken by at_fork_prepare on this thread too.
+    unsafe { crate::nvtx::child_after_fork() };
     crate::guard::reset_tid_after_fork();
     match STATE.load(Ordering::Acquire) {
         UNINIT => {}
@@ -342,8 +349,8 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 /// Fatal-signal handlers: complete the trace, then chain.
 ///
-/// Installed once, at the first allocation, for SIGTERM, SIGINT, SIGABRT, SIGSEGV and
-/// SIGBUS, unless the signal is ignored (an ignored signal stays ignored, also across
+/// Installed once, at the first allocation, for SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT,
+/// SIGSEGV and SIGBUS, unless the signal is ignored (an ignored signal stays ignored, also across
 /// `exec`). The handler runs on the alternate signal stack where the thread has one.
 /// It only uses atomics, `clock_gettime`, `nanosleep` and a futex wake (the writer's
 /// unpark): if the previous action is the default (the process dies), it asks the
@@ -354,9 +361,12 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 mod signals {
     use super::*;
 
-    const SIGNALS: [c_int; 5] = [
+    const SIGNALS: [c_int; 7] = [
         libc::SIGTERM,
         libc::SIGINT,
+        // A closed terminal or a lost ssh session; Ctrl-\. `gpumemprof run` forwards both.
+        libc::SIGHUP,
+        libc::SIGQUIT,
         libc::SIGABRT,
         libc::SIGSEGV,
         libc::SIGBUS,

@@ -1,5 +1,7 @@
 //! The trace file: the path template (`%p %h %r %t %%`), safe creation (mode 0600,
-//! never through a symlink, never over an existing file), and the JSON header.
+//! never through a symlink, never over an existing file), the JSON header (with the
+//! framework allocator settings, see `framework`), and the line each trace adds to
+//! `GPUMEMPROF_TRACE_LIST` (how `gpumemprof run` learns every trace of a process tree).
 
 use crate::clock;
 use crate::config::Config;
@@ -141,6 +143,78 @@ pub const ENV_ALLOW: &[&str] = &[
     "SLURM_JOB_ID",
 ];
 
+/// The framework allocator variables recorded in the header's `framework` object: the
+/// ones that decide whether a framework's allocations reach the hooks per tensor or per
+/// segment (the analyzer derives the level from them).
+pub const FRAMEWORK_ENV: &[&str] = &[
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+];
+
+/// The header's `framework` object: the launcher's modes (`GPUMEMPROF_FRAMEWORK_MODES`)
+/// and the framework variables present at start.
+pub fn framework(cfg: &Config, env: impl Fn(&str) -> Option<String>) -> serde_json::Value {
+    let mut vars = serde_json::Map::new();
+    for k in FRAMEWORK_ENV {
+        if let Some(v) = env(k) {
+            vars.insert((*k).to_string(), serde_json::Value::String(v));
+        }
+    }
+    serde_json::json!({ "modes": cfg.framework_modes, "env": vars })
+}
+
+/// Appends `path` (made absolute) as one line to the trace list `list`
+/// (`GPUMEMPROF_TRACE_LIST`), with one `write(2)` on an `O_APPEND` descriptor, so lines
+/// of processes that create their traces at once never mix. Called once per trace file,
+/// when it is created (never on the hot path or in a signal handler). A failure is one
+/// warning; the program goes on.
+pub fn note_trace(list: &str, path: &str) {
+    let mut line = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        match std::env::current_dir() {
+            Ok(cwd) => cwd.join(path).to_string_lossy().into_owned(),
+            Err(_) => path.to_string(),
+        }
+    };
+    line.push('\n');
+    let Ok(c) = CString::new(list) else { return };
+    // SAFETY: valid C string; flags and mode are plain integers.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    let failure = if fd < 0 {
+        Some(std::io::Error::last_os_error())
+    } else {
+        // SAFETY: fd is ours; the buffer and its length match.
+        let n = unsafe { libc::write(fd, line.as_ptr() as *const libc::c_void, line.len()) };
+        let failure = match n {
+            n if n < 0 => Some(std::io::Error::last_os_error()),
+            n if n as usize != line.len() => Some(std::io::Error::other("short write")),
+            _ => None,
+        };
+        // SAFETY: fd is ours and closed once.
+        unsafe { libc::close(fd) };
+        failure
+    };
+    if let Some(e) = failure {
+        crate::lifecycle::warn(&format!(
+            "cannot add the trace {} to GPUMEMPROF_TRACE_LIST={list}: {e}",
+            line.trim_end()
+        ));
+    }
+}
+
 /// The process's argv from /proc/self/cmdline, capped (64 arguments of 4 KiB).
 pub fn argv() -> Vec<String> {
     let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
@@ -183,6 +257,7 @@ pub fn header(
         "clock": "CLOCK_MONOTONIC",
         "config": cfg.to_json(),
         "env": envmap,
+        "framework": framework(cfg, &env),
         "apis": apis,
         "mem_kinds": ["device", "managed", "pinned_host", "address_reservation", "vmm_handle"],
     })
@@ -221,6 +296,49 @@ mod tests {
     #[test]
     fn utc_stamp_of_a_known_instant() {
         assert_eq!(utc_stamp(1_767_323_045), "20260102-030405");
+    }
+
+    #[test]
+    fn framework_records_the_modes_and_only_the_framework_variables() {
+        let cfg = Config {
+            framework_modes: vec!["torch=tensors".into()],
+            ..Config::default()
+        };
+        let env = |k: &str| match k {
+            "PYTORCH_CUDA_ALLOC_CONF" => Some("backend:cudaMallocAsync".to_string()),
+            "TF_GPU_ALLOCATOR" => Some("cuda_malloc_async".to_string()),
+            "HOME" => Some("/root".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            framework(&cfg, env),
+            serde_json::json!({
+                "modes": ["torch=tensors"],
+                "env": {
+                    "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+                    "TF_GPU_ALLOCATOR": "cuda_malloc_async",
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn trace_list_gets_one_absolute_line_per_trace() {
+        let dir = std::env::temp_dir().join(format!("gmp-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = dir.join("list");
+        let list = list.to_str().unwrap();
+        note_trace(list, "/t/a.trace");
+        note_trace(list, "b.trace");
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(list).unwrap(),
+            format!("/t/a.trace\n{}\n", cwd.join("b.trace").display())
+        );
+        // A list that cannot be written is a warning, never a failure.
+        note_trace(dir.join("no/such/dir").to_str().unwrap(), "/t/c.trace");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

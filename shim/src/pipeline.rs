@@ -33,7 +33,8 @@ use crate::output;
 use crate::recorder::Recorder;
 use crossbeam_queue::ArrayQueue;
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, Sample, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
+    Alloc, AllocFailed, Free, MemKind, Module, Nvtx, NvtxOp, Sample, Stats, TraceWriter,
+    BLOCK_FLUSH_BYTES,
 };
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
@@ -79,6 +80,8 @@ pub struct Pipeline {
     /// The trace file's path, once a file exists (at once, or at the flight
     /// recorder's dump); stable for the life of the process.
     path: OnceCell<std::ffi::CString>,
+    /// `GPUMEMPROF_TRACE_LIST`: the file that gets the trace's path once it exists.
+    trace_list: OnceCell<String>,
     /// The writer thread's kernel thread id (0 until it runs).
     writer_tid: std::sync::atomic::AtomicU32,
 }
@@ -90,6 +93,7 @@ pub(crate) enum Pending {
     Free(Free),
     Failed(AllocFailed),
     Sample(Sample),
+    Nvtx(Nvtx),
 }
 
 impl Pending {
@@ -112,6 +116,10 @@ impl Pending {
                 m.time_ns = t;
                 Pending::Sample(m)
             }
+            Pending::Nvtx(mut n) => {
+                n.time_ns = t;
+                Pending::Nvtx(n)
+            }
         }
     }
 
@@ -121,6 +129,7 @@ impl Pending {
             Pending::Free(f) => f.time_ns,
             Pending::Failed(f) => f.time_ns,
             Pending::Sample(s) => s.time_ns,
+            Pending::Nvtx(n) => n.time_ns,
         }
     }
 }
@@ -143,6 +152,9 @@ pub struct WriterCore {
     /// Stamps (TSC or ns) to trace nanoseconds.
     clock: clock::Converter,
     fresh_stacks: Vec<(u64, Box<[u64]>)>,
+    /// NVTX names interned since the last definitions were written; the flight recorder
+    /// keeps every one until its dump.
+    nvtx_names: Vec<(u64, String)>,
     pending: Vec<Pending>,
     module_gen: (u64, u64),
     known_modules: HashSet<(u64, String)>,
@@ -183,6 +195,7 @@ impl WriterCore {
             start_ns,
             clock: clock::Converter::new(),
             fresh_stacks: Vec::new(),
+            nvtx_names: Vec::new(),
             pending: Vec::with_capacity(4096),
             module_gen: (0, 0),
             known_modules: HashSet::new(),
@@ -203,6 +216,8 @@ impl WriterCore {
             return Vec::new();
         }
         self.module_gen = gen;
+        // A library loaded since: perhaps the Python interpreter (embedded programs).
+        crate::python::refresh();
         let t = now.saturating_sub(self.start_ns);
         let mut fresh = Vec::new();
         for m in modules::scan(t) {
@@ -220,14 +235,34 @@ impl WriterCore {
     /// Writes the definitions of stacks interned since the last call. Called after
     /// popping events, so every stack those events use is defined before them.
     fn define_stacks(&mut self) {
-        intern::take_fresh(&mut self.fresh_stacks);
+        let mut codes = Vec::new();
+        intern::take_fresh(&mut self.fresh_stacks, &mut codes);
         match &mut self.sink {
             Sink::File(out) => {
+                // Codes first: the new stacks may name them.
+                for c in &codes {
+                    out.encoder().py_code(c);
+                }
                 for (id, frames) in self.fresh_stacks.drain(..) {
                     out.encoder().stack(id, &frames);
                 }
             }
-            Sink::Recorder(r) => r.stacks.append(&mut self.fresh_stacks),
+            Sink::Recorder(r) => {
+                r.codes.append(&mut codes);
+                r.stacks.append(&mut self.fresh_stacks);
+            }
+        }
+        self.define_nvtx_names();
+    }
+
+    /// Writes the NVTX names interned since the last call (before the events that use
+    /// them, as `define_stacks` does for stacks); the flight recorder keeps them instead.
+    fn define_nvtx_names(&mut self) {
+        crate::nvtx::take_fresh_names(&mut self.nvtx_names);
+        if let Sink::File(out) = &mut self.sink {
+            for (id, text) in self.nvtx_names.drain(..) {
+                out.encoder().nvtx_string(id, &text);
+            }
         }
     }
 
@@ -275,6 +310,14 @@ impl WriterCore {
                 mem_free: ev.address,
                 mem_total: ev.aux,
             }),
+            EventKind::Nvtx => Pending::Nvtx(Nvtx {
+                time_ns,
+                tid: ev.tid,
+                op: NvtxOp::from_u8(ev.mem),
+                domain: ev.address,
+                name: ev.size,
+                range: ev.aux,
+            }),
         };
         self.pending.push(p);
     }
@@ -318,6 +361,7 @@ impl WriterCore {
                     Pending::Free(f) => enc.free(&f),
                     Pending::Failed(f) => enc.alloc_failed(&f),
                     Pending::Sample(s) => enc.sample(&s),
+                    Pending::Nvtx(n) => enc.nvtx(&n),
                 }
                 self.events += 1;
                 if enc.len() >= BLOCK_FLUSH_BYTES {
@@ -369,8 +413,14 @@ impl WriterCore {
             for m in &r.modules {
                 enc.module(m);
             }
+            for c in &r.codes {
+                enc.py_code(c);
+            }
             for (id, frames) in &r.stacks {
                 enc.stack(*id, frames);
+            }
+            for (id, text) in self.nvtx_names.drain(..) {
+                enc.nvtx_string(id, &text);
             }
         }
         let (base, ring) = r.take_dump();
@@ -479,6 +529,7 @@ impl Pipeline {
             start_ns,
             nvml_ns: nvml_ms * 1_000_000,
             path: OnceCell::new(),
+            trace_list: OnceCell::new(),
             writer_tid: std::sync::atomic::AtomicU32::new(0),
         }
     }
@@ -487,11 +538,23 @@ impl Pipeline {
         let _ = self.writer.set(t);
     }
 
-    /// Publishes the trace file's path.
+    /// Where `set_path` notes the trace (`GPUMEMPROF_TRACE_LIST`); before `set_path`.
+    pub fn set_trace_list(&self, list: Option<&str>) {
+        if let Some(list) = list {
+            let _ = self.trace_list.set(list.to_string());
+        }
+    }
+
+    /// Publishes the trace file's path (once the file exists: at start, or at the flight
+    /// recorder's dump) and adds it to the trace list, if any.
     pub fn set_path(&self, path: &str) {
-        let _ = self
+        let first = self
             .path
-            .set(std::ffi::CString::new(path).unwrap_or_default());
+            .set(std::ffi::CString::new(path).unwrap_or_default())
+            .is_ok();
+        if let (true, Some(list)) = (first, self.trace_list.get()) {
+            output::note_trace(list, path);
+        }
     }
 
     pub fn path(&self) -> Option<&std::ffi::CStr> {

@@ -24,6 +24,8 @@ pub struct Recorder {
     /// (`MemKind::space`).
     base: [FxMap<u64, Alloc>; 3],
     pub stacks: Vec<(u64, Box<[u64]>)>,
+    /// Python code objects the stacks name (written before them).
+    pub codes: Vec<gpumemprof_format::PyCode>,
     pub modules: Vec<Module>,
     /// The trace's header, written when the file is created (its `path` set then).
     pub header: serde_json::Value,
@@ -38,6 +40,7 @@ impl Recorder {
             capacity,
             base: Default::default(),
             stacks: Vec::new(),
+            codes: Vec::new(),
             modules: Vec::new(),
             header,
             wanted,

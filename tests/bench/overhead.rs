@@ -8,11 +8,13 @@
 //! - heaptrack (if installed) on the same loop written with malloc, at the same depth:
 //!   its per-pair overhead and ours (native stacks) as a fraction of it;
 //! - threads: CPU time per pair with 1 and with 8 allocating threads, shim minus no shim;
+//! - Python: the same pairs through ctypes from 20 Python frames deep
+//!   (tests/programs/py_bench.py), STACKS=native and STACKS=full: what Python frames cost;
 //! - the analyzer: decode and replay rates of a synthetic trace on one core, and the CLI's
 //!   time and peak memory on it (`gpumemprof_analyzer::bench`).
 
 use gpumemprof_tests::profiled::{decode, scratch};
-use gpumemprof_tests::{program_command, shim_path, target_dir};
+use gpumemprof_tests::{program_command, script_command, shim_path, target_dir};
 use std::path::Path;
 
 const RUNS: usize = 7;
@@ -46,6 +48,30 @@ fn loop_once(stacks: Option<&str>, trace: &Path) -> f64 {
         .find_map(|l| l.strip_prefix("ns_per_pair="))
         .and_then(|v| v.trim().parse().ok())
         .expect("bench_loop prints ns_per_pair")
+}
+
+/// One run of py_bench.py (depth 20, 100000 pairs through ctypes); ns per pair.
+fn python_once(stacks: Option<&str>, trace: &Path) -> f64 {
+    let _ = std::fs::remove_file(trace);
+    let mut cmd = script_command("py_bench.py");
+    cmd.args([DEPTH, "100000"]);
+    if let Some(mode) = stacks {
+        cmd.env("LD_PRELOAD", shim_path())
+            .env("GPUMEMPROF_OUTPUT", trace)
+            .env("GPUMEMPROF_QUIET", "1")
+            .env("GPUMEMPROF_STACKS", mode);
+    }
+    let out = cmd.output().expect("run py_bench.py");
+    assert!(
+        out.status.success(),
+        "py_bench.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("ns_per_pair="))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("py_bench.py prints ns_per_pair")
 }
 
 /// One run of bench_loop in malloc mode, plain or under heaptrack; ns per pair.
@@ -194,6 +220,24 @@ fn main() {
     println!(
         "  8 threads / 1 thread overhead per pair: {:.2} (target <= 2)",
         rows[1] / rows[0]
+    );
+
+    // Python frames: the same pairs from Python through ctypes.
+    let pt = dir.join("python.trace");
+    let (mut plain, mut native, mut full) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        plain.push(python_once(None, &pt));
+        native.push(python_once(Some("native"), &pt));
+        full.push(python_once(Some("full"), &pt));
+    }
+    let (p, n, f) = (median(plain), median(native), median(full));
+    println!(
+        "  python ctypes loop, depth {DEPTH}: no shim {p:.1}, STACKS=native {n:.1}, STACKS=full {f:.1} ns/pair"
+    );
+    println!(
+        "  python frames cost (full - native): {:.1} ns/pair; full overhead {:.1} ns/pair",
+        f - n,
+        f - p
     );
 
     let n = 2_000_000;

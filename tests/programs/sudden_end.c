@@ -8,7 +8,7 @@
  * profiler must complete its trace in each case and leave the ending exactly as it was: the same
  * signal, or what the program's own handler did.
  *
- * Usage: sudden_end <term|int|abrt|segv|bus|chain|wait|_exit|_Exit>.
+ * Usage: sudden_end <term|int|hup|quit|abrt|segv|bus|chain|wait|_exit|_Exit>.
  * Core dumps are turned off first (RLIMIT_CORE 0) so the crashes leave no core file; a signal
  * inherited as ignored is set back to its default action, so the ending is the same whoever
  * starts the program.
@@ -18,6 +18,8 @@
  * "ending=<mode>", flushes stdout, then:
  *   term   raise(SIGTERM)                         -> killed by SIGTERM (15)
  *   int    raise(SIGINT)                          -> killed by SIGINT (2)
+ *   hup    raise(SIGHUP)  (a closed terminal)     -> killed by SIGHUP (1)
+ *   quit   raise(SIGQUIT) (Ctrl-\\)               -> killed by SIGQUIT (3)
  *   abrt   abort()                                -> killed by SIGABRT (6)
  *   segv   writes through a NULL pointer          -> killed by SIGSEGV (11)
  *   bus    writes to a shared mapping of an empty temporary file -> killed by SIGBUS (7)
@@ -96,8 +98,8 @@ static void write_past_end_of_file(void)
 
 static int known(const char *mode)
 {
-    static const char *const modes[] = {"term", "int",  "abrt",  "segv", "bus",
-                                        "chain", "wait", "_exit", "_Exit"};
+    static const char *const modes[] = {"term",  "int",  "hup",   "quit",  "abrt", "segv",
+                                        "bus",   "chain", "wait", "_exit", "_Exit"};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
         if (strcmp(mode, modes[i]) == 0)
             return 1;
@@ -108,12 +110,13 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
     if (!known(mode)) {
-        fprintf(stderr, "usage: sudden_end term|int|abrt|segv|bus|chain|wait|_exit|_Exit\n");
+        fprintf(stderr,
+                "usage: sudden_end term|int|hup|quit|abrt|segv|bus|chain|wait|_exit|_Exit\n");
         return 1;
     }
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
-    const int signals[] = {SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS};
+    const int signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS};
     for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
         undo_ignored(signals[i]);
     if (strcmp(mode, "chain") == 0) {
@@ -132,6 +135,10 @@ int main(int argc, char **argv)
         raise(SIGTERM);
     } else if (strcmp(mode, "int") == 0) {
         raise(SIGINT);
+    } else if (strcmp(mode, "hup") == 0) {
+        raise(SIGHUP);
+    } else if (strcmp(mode, "quit") == 0) {
+        raise(SIGQUIT);
     } else if (strcmp(mode, "abrt") == 0) {
         abort();
     } else if (strcmp(mode, "segv") == 0) {

@@ -712,7 +712,7 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     let mut analysis = Analysis::new();
     let loaded = common::load_observed(&args.trace, &mut [&mut analysis])?;
     let r = &loaded.replayed;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let report = build(
         TraceInfo::new(&args.trace, &loaded),
         r,

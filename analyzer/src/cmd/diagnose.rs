@@ -239,7 +239,7 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     let loaded = common::load_observed(trace, &mut [&mut analysis, &mut counter])?;
     let r = &loaded.replayed;
     let info_of = || TraceInfo::new(trace, &loaded);
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let mut bundle = Bundle {
         dir: dir.to_owned(),
         force,

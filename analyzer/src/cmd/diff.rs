@@ -174,7 +174,7 @@ impl Sites {
 
 /// Every site of one trace: at the peaks and live at the end.
 fn sides(r: &Replayed, by: SiteKey, frames: usize) -> (SiteMap, Vec<String>) {
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let mut all = Sites::default();
     for row in r.rows.iter().filter(|row| row.kind.is_memory()) {
         for site in &row.peak_sites {
@@ -425,6 +425,7 @@ mod tests {
             line: Some(12),
             inlined: false,
             offset: Some(0x1234),
+            python: false,
         };
         assert_eq!(frame_key(&f, SiteKey::Line), "step at train.c:12");
         assert_eq!(frame_key(&f, SiteKey::Function), "step");

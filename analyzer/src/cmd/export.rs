@@ -7,6 +7,8 @@
 //! * `csv`: the timeline's buckets, see views/csv.rs
 //! * `telemetry`: JSON lines of the older gpumemprof's TelemetryEvent v2, see
 //!   cmd/telemetry.rs
+//! * `torch-snapshot`: PyTorch's memory snapshot pickle (pytorch.org/memory_viz, ptmem), see
+//!   torch_snapshot.rs
 
 use std::path::PathBuf;
 
@@ -30,6 +32,9 @@ pub enum Format {
     /// JSON lines in the older gpumemprof's TelemetryEvent v2 schema, one per device
     /// memory event and NVML sample.
     Telemetry,
+    /// PyTorch's memory snapshot (a pickle), for pytorch.org/memory_viz and ptmem: GPU
+    /// memory live at the end and every allocation and free.
+    TorchSnapshot,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -80,7 +85,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
             let loaded = load(&args.trace, &mut [&mut builder])?;
             let snap = snapshot(builder)?;
             let r = &loaded.replayed;
-            let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+            let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
             let lines = views::flamegraph::folded(&snap, &mut sym, args.inverted);
             warn_all(sym.take_warnings());
             let mut text = lines.join("\n");
@@ -126,6 +131,14 @@ pub fn run(args: &Args) -> Result<(), Error> {
             };
             args.output
                 .done(&format!("{lines} TelemetryEvent v2 lines (JSON lines)"));
+        }
+        Format::TorchSnapshot => {
+            // Binary: a file only. Streamed, one pass per device (see torch_snapshot.rs).
+            args.output
+                .require_file("a PyTorch memory snapshot (a binary pickle)")?;
+            let written =
+                crate::torch_snapshot::export(&args.trace, &args.output.output, args.output.force)?;
+            args.output.done(&written.describe());
         }
     }
     Ok(())

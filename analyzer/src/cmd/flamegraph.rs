@@ -31,7 +31,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let loaded = load(&args.trace, &mut [&mut builder])?;
     let snap = snapshot(builder)?;
     let r = &loaded.replayed;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let lines = folded(&snap, &mut sym, args.inverted);
     warn_all(sym.take_warnings());
     let style = Style {

@@ -128,6 +128,8 @@ pub struct RecordCounts {
     pub samples: u64,
     pub end: u64,
     pub unknown: u64,
+    /// Python code definitions (functions that Python frames in stacks refer to).
+    pub python_codes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -183,6 +185,9 @@ impl Observer for ApiCounter {
             Record::End(_) => r.end += 1,
             Record::Sample(_) => r.samples += 1,
             Record::Unknown { .. } => r.unknown += 1,
+            Record::PyCode(_) => r.python_codes += 1,
+            // NVTX ranges are reported by summary/peak/leaks --by range.
+            Record::Nvtx(_) | Record::NvtxString { .. } => {}
         }
     }
 
@@ -321,12 +326,13 @@ pub fn write_trace_text(report: &TraceReport, out: &mut dyn Write) -> io::Result
     let r = &report.records;
     writeln!(
         out,
-        "records: {} allocations, {} frees, {} failed allocations, {} stacks, {} modules, {} \
-         NVML samples, {} counters, {} of unknown kinds",
+        "records: {} allocations, {} frees, {} failed allocations, {} stacks, {} Python \
+         functions, {} modules, {} NVML samples, {} counters, {} of unknown kinds",
         r.allocations,
         r.frees,
         r.failed_allocations,
         r.stacks,
+        r.python_codes,
         r.modules,
         r.samples,
         r.stats + r.end,

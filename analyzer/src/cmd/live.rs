@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use gpumemprof_format::{MemKind, Module, Record, Sample, TraceReader, MAGIC};
+use gpumemprof_format::{MemKind, Module, PyCode, Record, Sample, TraceReader, MAGIC};
 use serde::Serialize;
 
 use super::common::read_error;
@@ -250,6 +250,7 @@ pub struct LiveState {
     pub pipeline: Pipeline,
     pub stacks: HashMap<u64, StackInfo>,
     pub modules: Vec<Module>,
+    pub python: HashMap<u64, PyCode>,
     /// The alert level each device is at.
     levels: BTreeMap<i32, u8>,
     pub alerts: Vec<Alert>,
@@ -268,6 +269,7 @@ impl LiveState {
             pipeline: Pipeline::default(),
             stacks: HashMap::new(),
             modules: Vec::new(),
+            python: HashMap::new(),
             levels: BTreeMap::new(),
             alerts: Vec::new(),
             alerts_total: 0,
@@ -371,7 +373,7 @@ impl LiveState {
         if n > 0 {
             sites.truncate(n);
         }
-        let mut sym = Symbolizer::new(&self.modules, &self.stacks);
+        let mut sym = Symbolizer::new(&self.modules, &self.stacks, &self.python);
         sites
             .into_iter()
             .map(|(&(stack, kind), s)| SiteReport {
@@ -432,6 +434,9 @@ impl Observer for LiveState {
                 );
             }
             Record::Module(m) => self.modules.push(m.clone()),
+            Record::PyCode(c) => {
+                self.python.insert(c.id, c.clone());
+            }
             Record::Stats(s) | Record::End(s) => {
                 self.pipeline.events = s.events;
                 self.pipeline.queue_waits = s.queue_waits;

@@ -7,6 +7,8 @@
 pub mod export;
 pub mod flamegraph;
 pub mod report;
+// The launcher (`gpumemprof run`): runs a command under the shim.
+pub mod run;
 pub mod timeline;
 
 // The checking commands (diff, analyze, info, monitor, track, diagnose, the telemetry
@@ -21,6 +23,8 @@ pub mod live;
 pub mod monitor;
 pub mod nvml;
 pub mod oom;
+// summary/peak/leaks over several traces (one per rank) or a directory.
+pub mod ranks;
 pub mod telemetry;
 pub mod track;
 

@@ -45,7 +45,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
 
     let r = &loaded.replayed;
     let info = TraceInfo::new(&args.trace, &loaded);
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks);
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let summary = summary::build(info.clone(), r);
     let leaks = leaks::build(info.clone(), r, &mut sym, TOP_LEAKS, 0);
     let apis = api_names(&loaded.header);

@@ -22,6 +22,9 @@ pub struct LeaksReport {
     pub total_count: u64,
     /// Largest first, at most `--top`.
     pub groups: Vec<LeakGroup>,
+    /// With `--by range` only: the same memory by NVTX range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_range: Option<super::by_range::LeaksByRange>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -103,6 +106,7 @@ pub fn build(
                 frames: sym.stack(stack, frames),
             })
             .collect(),
+        by_range: None,
     }
 }
 
@@ -124,6 +128,10 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
         units::bytes_exact(report.total_bytes),
         units::plural(report.total_count, "allocation", "allocations")
     )?;
+    if let Some(b) = &report.by_range {
+        // By range instead of by call site.
+        return super::by_range::write_leaks(b, out);
+    }
     let shown: u64 = report.groups.iter().map(|g| g.count).sum();
     if shown < report.total_count {
         writeln!(

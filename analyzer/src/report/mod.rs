@@ -5,6 +5,8 @@
 //! JSON field names are a public interface (docs/REPORTS.md): fields are only ever
 //! added, never renamed or removed.
 
+pub mod by_range;
+pub mod framework;
 pub mod leaks;
 pub mod oom;
 pub mod peak;
@@ -47,6 +49,10 @@ pub struct TraceInfo {
     pub dropped: u64,
     /// Time of the last record, ns since the trace started.
     pub duration_ns: u64,
+    /// Which level the allocations are (tensors or an allocator's segments), from the
+    /// header; shown by `summary` as its own `framework` object, not inside `trace`.
+    #[serde(skip)]
+    pub framework: framework::Framework,
 }
 
 impl TraceInfo {
@@ -72,6 +78,7 @@ impl TraceInfo {
             queue_waits: p.queue_waits,
             dropped: p.dropped,
             duration_ns: p.duration_ns,
+            framework: framework::Framework::from_header(header),
         }
     }
 

@@ -16,6 +16,9 @@ pub struct PeakReport {
     pub trace: TraceInfo,
     /// One per (device, kind) that allocated anything, sorted by device then kind.
     pub peaks: Vec<Peak>,
+    /// With `--by range` only: the peak of all memory by NVTX range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_range: Option<super::by_range::PeakByRange>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -85,11 +88,16 @@ pub fn build(
         schema_version: SCHEMA_VERSION,
         trace,
         peaks,
+        by_range: None,
     }
 }
 
 pub fn write_text(report: &PeakReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
+    if let Some(b) = &report.by_range {
+        // By range instead of by call site.
+        return super::by_range::write_peak(b, out);
+    }
     if report.peaks.is_empty() {
         return writeln!(out, "no allocations recorded");
     }

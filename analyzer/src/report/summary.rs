@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use super::framework::Framework;
 use super::{TraceInfo, SCHEMA_VERSION};
 use crate::replay::{Counters, NvmlDevice, Replayed};
 use crate::units;
@@ -26,6 +27,11 @@ pub struct SummaryReport {
     /// What NVML saw this process use per device, against what the hooks tracked;
     /// empty when the trace has no NVML samples.
     pub nvml: Vec<NvmlRow>,
+    /// Whether the allocations are tensors or a framework allocator's segments.
+    pub framework: Framework,
+    /// With `--by range` only: the same memory by NVTX range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_range: Option<super::by_range::SummaryByRange>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,6 +115,7 @@ impl From<&Counters> for Counts {
 }
 
 pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
+    let framework = trace.framework.clone();
     SummaryReport {
         schema_version: SCHEMA_VERSION,
         trace,
@@ -126,11 +133,14 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
         failed_frees: r.failed_frees,
         failed_allocations: r.totals.failed_allocations,
         nvml: r.nvml.iter().map(NvmlRow::from).collect(),
+        framework,
+        by_range: None,
     }
 }
 
 pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
+    report.framework.write_text(out)?;
     if report.rows.is_empty() {
         writeln!(out, "no allocations recorded")?;
     } else {
@@ -179,6 +189,9 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
             units::bytes_exact(n.tracked_at_peak_bytes),
             units::bytes_exact(n.untracked_at_peak_bytes)
         )?;
+    }
+    if let Some(b) = &report.by_range {
+        super::by_range::write_summary(b, out)?;
     }
     Ok(())
 }

@@ -156,6 +156,7 @@ mod tests {
             line,
             inlined: false,
             offset: Some(0x34),
+            python: false,
         }
     }
 

@@ -2,7 +2,10 @@
 //! Input is untrusted: every failure is a message for `ReadError::Corrupt`, never a panic,
 //! and nothing is allocated before its size is checked against the payload or a `MAX_*`.
 
-use crate::record::{Alloc, AllocFailed, Free, MemKind, Module, Record, Sample, Stats};
+use crate::record::{
+    Alloc, AllocFailed, Free, MemKind, Module, Nvtx, NvtxOp, PyCode, Record, Sample, Stats,
+    MAX_NVTX_STRING, MAX_PY_STRING,
+};
 use crate::varint::{leading, unzigzag, Cursor, DecodeError};
 use crate::{kind, MAX_STACK_FRAMES};
 
@@ -18,6 +21,9 @@ fn kind_name(k: u8) -> &'static str {
         kind::STATS => "stats",
         kind::END => "end",
         kind::SAMPLE => "sample",
+        kind::PY_CODE => "python code",
+        kind::NVTX => "nvtx",
+        kind::NVTX_STRING => "nvtx string",
         _ => "unknown",
     }
 }
@@ -271,6 +277,54 @@ pub fn decode(k: u8, data: &[u8], len: usize, last_time: &mut u64) -> Res<Record
             device_used: f.u64("device_used")?,
             device_total: f.u64("device_total")?,
         }),
+        kind::PY_CODE => {
+            let id = f.u64("id")?;
+            let first_line = f.uint("first_line")?;
+            let mut text = |field: &str| -> Res<String> {
+                let b = f.blob(field)?;
+                if b.len() > MAX_PY_STRING {
+                    return Err(format!(
+                        "python code record: {field} of {} bytes, more than the {MAX_PY_STRING} allowed",
+                        b.len()
+                    ));
+                }
+                Ok(String::from_utf8_lossy(b).into_owned())
+            };
+            let filename = text("filename")?;
+            let name = text("name")?;
+            Record::PyCode(PyCode {
+                id,
+                first_line,
+                filename,
+                name,
+            })
+        }
+        kind::NVTX => {
+            // A delta from the running event time that leaves it where it is (see lib.rs).
+            let d = f.i64("time delta")?;
+            Record::Nvtx(Nvtx {
+                time_ns: last_time.wrapping_add(d as u64),
+                tid: f.uint("tid")?,
+                op: NvtxOp::from_u8(f.uint("op")?),
+                domain: f.u64("domain")?,
+                name: f.u64("name")?,
+                range: f.u64("range")?,
+            })
+        }
+        kind::NVTX_STRING => {
+            let id = f.u64("id")?;
+            let b = f.blob("text")?;
+            if b.len() > MAX_NVTX_STRING {
+                return Err(format!(
+                    "nvtx string record: {} bytes, more than the {MAX_NVTX_STRING} allowed",
+                    b.len()
+                ));
+            }
+            Record::NvtxString {
+                id,
+                text: String::from_utf8_lossy(b).into_owned(),
+            }
+        }
         _ => Record::Unknown { kind: k, len },
     })
 }

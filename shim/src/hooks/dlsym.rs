@@ -67,6 +67,12 @@ pub fn lookup(handle: *mut c_void, name: &CStr) -> *mut c_void {
     }
 }
 
+/// `name` in a loaded library `RTLD_NEXT` cannot see (see `elf::find_in_any`), never
+/// in the shim itself.
+pub fn find_local(name: &CStr) -> *mut c_void {
+    elf::find_in_any(name, find_local as *const c_void)
+}
+
 #[cold]
 fn resolve_real(name: &CStr, slot: &AtomicPtr<c_void>) -> *mut c_void {
     let p = elf::find_in_loaded(&[c"libc.so.6", c"libdl.so.2"], name);
@@ -231,8 +237,35 @@ mod elf {
 
     struct Search<'a> {
         want: &'a [&'a CStr],
+        /// Search every named object but the one loaded at this bias (`want` ignored).
+        any_but: Option<u64>,
         name: &'a CStr,
         found: *mut c_void,
+    }
+
+    /// The default-version definition of `name` in the first loaded object (in load
+    /// order, the main program excluded) that defines it, other than the object
+    /// containing `not_in`; NULL if none does. Finds functions of libraries that
+    /// `RTLD_NEXT` cannot see: those loaded with `RTLD_LOCAL` (ctypes, Python extension
+    /// modules) and what they link.
+    pub fn find_in_any(name: &CStr, not_in: *const c_void) -> *mut c_void {
+        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+        // SAFETY: valid out-pointer; dladdr only reads the loader's tables.
+        let skip = if unsafe { libc::dladdr(not_in, info.as_mut_ptr()) } != 0 {
+            // SAFETY: dladdr succeeded, so it filled `info`.
+            unsafe { info.assume_init() }.dli_fbase as u64
+        } else {
+            0
+        };
+        let mut s = Search {
+            want: &[],
+            any_but: Some(skip),
+            name,
+            found: std::ptr::null_mut(),
+        };
+        // SAFETY: as in `find_in_loaded`.
+        unsafe { libc::dl_iterate_phdr(Some(visit), &mut s as *mut Search as *mut c_void) };
+        s.found
     }
 
     /// The default-version definition of `name` in the first of `libraries` (matched
@@ -241,6 +274,7 @@ mod elf {
         for lib in libraries {
             let mut s = Search {
                 want: std::slice::from_ref(lib),
+                any_but: None,
                 name,
                 found: std::ptr::null_mut(),
             };
@@ -266,8 +300,18 @@ mod elf {
         }
         let path = CStr::from_ptr(info.dlpi_name).to_bytes();
         let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        if !s.want.iter().any(|w| w.to_bytes() == file) {
-            return 0;
+        match s.any_but {
+            // The main program (empty name), the vDSO and the excluded object are skipped.
+            Some(skip) => {
+                if file.is_empty() || info.dlpi_addr == skip || !path.contains(&b'/') {
+                    return 0;
+                }
+            }
+            None => {
+                if !s.want.iter().any(|w| w.to_bytes() == file) {
+                    return 0;
+                }
+            }
         }
         let base = info.dlpi_addr;
         for i in 0..info.dlpi_phnum as usize {
@@ -275,7 +319,8 @@ mod elf {
             if ph.p_type == PT_DYNAMIC {
                 let dynamic = (base + ph.p_vaddr) as *const Dyn;
                 s.found = lookup(base, dynamic, s.name);
-                return 1;
+                // Searching any object: go on to the next one until a definition.
+                return i32::from(s.any_but.is_none() || !s.found.is_null());
             }
         }
         0

@@ -111,7 +111,13 @@ impl Slots {
 
     #[cold]
     fn resolve_next(&self) -> Option<*mut c_void> {
-        let p = dlsym::lookup(libc::RTLD_NEXT, self.name);
+        let mut p = dlsym::lookup(libc::RTLD_NEXT, self.name);
+        if p.is_null() {
+            // The library is loaded, but not where RTLD_NEXT looks: a library opened with
+            // RTLD_LOCAL (ctypes, a Python extension) links it, and its call bound to our
+            // export because preloaded objects come first in every lookup.
+            p = dlsym::find_local(self.name);
+        }
         if p.is_null() {
             return None;
         }
@@ -507,6 +513,20 @@ impl Rec {
     }
 }
 
+/// Interns `native` with the calling thread's Python frames merged in (if it runs any).
+#[inline(never)]
+fn intern_with_python(native: &[u64]) -> u64 {
+    const MERGED: usize = MAX_STACK_DEPTH + crate::python::MAX_PY_FRAMES;
+    let mut merged = [MaybeUninit::<u64>::uninit(); MERGED];
+    match crate::python::merge(native, &mut merged) {
+        Some(n) => {
+            // SAFETY: `merge` initialised the first `n` entries.
+            intern::intern(unsafe { std::slice::from_raw_parts(merged.as_ptr() as *const u64, n) })
+        }
+        None => intern::intern(native),
+    }
+}
+
 /// Captures and interns the stack, and hands the event to the writer.
 #[inline(never)]
 pub fn record(r: Rec) {
@@ -519,7 +539,11 @@ pub fn record(r: Rec) {
         let n = stack::capture(&mut frames[..depth]);
         // SAFETY: `capture` initialised the first `n` entries.
         let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
-        intern::intern(frames)
+        if crate::python::active() {
+            intern_with_python(frames)
+        } else {
+            intern::intern(frames)
+        }
     } else {
         0
     };

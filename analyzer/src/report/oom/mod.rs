@@ -243,7 +243,11 @@ pub fn analyze<R: Read>(
                 trace.path
             ))
         })?;
-    let mut sym = Symbolizer::new(&moment.replayed.modules, &moment.replayed.stacks);
+    let mut sym = Symbolizer::new(
+        &moment.replayed.modules,
+        &moment.replayed.stacks,
+        &moment.replayed.python,
+    );
     let report = build(trace, &scanned, Some((index, &moment, &mut sym)), opts);
     for w in sym.take_warnings() {
         warn(w);

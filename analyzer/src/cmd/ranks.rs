@@ -1,0 +1,585 @@
+//! `summary`, `peak` and `leaks` over several traces of one job: one trace per rank
+//! (torchrun, SLURM; the shim's `GPUMEMPROF_OUTPUT=job.r%r.trace`), given as several paths
+//! or as a directory. One line per trace (rank, host, pid, peak and when, live at the end,
+//! events), the rank that peaked highest against the median, and for `peak` and `leaks` the
+//! call sites of all ranks merged.
+//!
+//! ```text
+//!   paths / DIR --collect--> files --headers--> sorted by (rank, path)
+//!        for each file: replay -> RankRow + its sites merged into `Merged` -> drop the replay
+//! ```
+//!
+//! Traces are replayed one after another and each replay is dropped before the next, so
+//! memory is one trace's replay plus the rows and the merged sites. Addresses differ per
+//! process (ASLR), so sites are merged by their symbolized frames, as `diff --by line` does.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use gpumemprof_format::{MemKind, TraceReader, MAGIC};
+use serde::Serialize;
+
+use crate::cmd::common::{self, header_str};
+use crate::error::Error;
+use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
+use crate::symbolize::{Frame, Symbolizer};
+use crate::units;
+
+/// Which command asked: it decides the merged sites (`peak`: at the peaks; `leaks`: live
+/// at the end; `summary`: none) and the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Which {
+    Summary,
+    Peak,
+    Leaks,
+}
+
+/// The command line of one multi-trace report.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub which: Which,
+    pub json: bool,
+    /// Merged sites shown, largest first (0: all).
+    pub top: usize,
+    /// Frames per site (0: all).
+    pub frames: usize,
+    /// Gate on every trace's `peak_bytes` (summary, peak).
+    pub max_peak: Option<u64>,
+    /// Gate on every trace's `live_bytes_at_end` (leaks).
+    pub max_leaked: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RanksReport {
+    pub schema_version: u32,
+    pub command: Which,
+    /// One per trace, sorted by rank (traces without one last), then path.
+    pub traces: Vec<RankRow>,
+    /// The trace whose peak was highest (the first of equals), against the median.
+    pub highest: Highest,
+    /// `live_bytes_at_end` and `live_allocations_at_end` summed over the traces.
+    pub live_bytes_at_end: u64,
+    pub live_allocations_at_end: u64,
+    /// `peak`: bytes held at each trace's peaks; `leaks`: live at the end; per site merged
+    /// over the traces, largest first, at most `--top`. Null for `summary`.
+    pub sites: Option<Vec<MergedSite>>,
+    /// Merged sites in all, also those past `--top`. Null for `summary`.
+    pub sites_total: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RankRow {
+    pub trace: TraceInfo,
+    /// The header's `rank` (from `RANK`, `LOCAL_RANK` or `SLURM_PROCID`); null without one.
+    pub rank: Option<u64>,
+    pub host: Option<String>,
+    /// `summary`'s `totals`: the peak of all memory and when, what was live at the end.
+    pub peak_bytes: u64,
+    pub peak_time_ns: u64,
+    pub live_bytes_at_end: u64,
+    pub live_allocations_at_end: u64,
+    pub allocations: u64,
+    pub failed_allocations: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Highest {
+    /// Index into `traces`.
+    pub index: usize,
+    pub rank: Option<u64>,
+    pub peak_bytes: u64,
+    /// The median of the traces' peaks (of an even number: the mean of the middle two,
+    /// rounded down).
+    pub median_peak_bytes: u64,
+    pub above_median_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MergedSite {
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub count: u64,
+    /// The ranks of the traces the site is in, in trace order (null: a trace without rank).
+    pub ranks: Vec<Option<u64>>,
+    /// The same traces as indexes into `traces`.
+    pub trace_indexes: Vec<usize>,
+    /// From the first trace the site is in, at most `--frames`.
+    pub frames: Vec<Frame>,
+}
+
+/// A site while traces are merged.
+struct Site {
+    bytes: u64,
+    count: u64,
+    traces: Vec<usize>,
+    frames: Vec<Frame>,
+}
+
+type Merged = BTreeMap<(MemKind, Vec<String>), Site>;
+
+/// Runs `summary`/`peak`/`leaks` on several traces or directories: prints the report,
+/// then applies the gates to every trace.
+pub fn run(inputs: &[PathBuf], opts: &Options) -> Result<(), Error> {
+    let files = sorted(collect(inputs)?)?;
+    let report = build(&files, opts)?;
+    common::emit(opts.json, &report, write_text)?;
+    match opts.which {
+        Which::Leaks => gate(
+            &report,
+            "leaked",
+            |r| r.live_bytes_at_end,
+            "--max-leaked",
+            opts.max_leaked,
+        ),
+        _ => gate(
+            &report,
+            "peak",
+            |r| r.peak_bytes,
+            "--max-peak",
+            opts.max_peak,
+        ),
+    }
+}
+
+/// The files named, with each directory replaced by its traces; the same file once.
+pub fn collect(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    let mut files = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let found = traces_in(input)?;
+            if found.is_empty() {
+                return Err(Error::Invalid(format!(
+                    "{}: no gpumemprof trace in this directory (looked for files that start \
+                     with the trace magic or are named *.trace): give the folder the shim \
+                     wrote to (GPUMEMPROF_OUTPUT), or the traces themselves",
+                    input.display()
+                )));
+            }
+            files.extend(found);
+        } else {
+            files.push(input.clone());
+        }
+    }
+    // A directory and a file in it given together: read the file once.
+    let mut seen = HashSet::new();
+    files.retain(|f| seen.insert(f.canonicalize().unwrap_or_else(|_| f.clone())));
+    Ok(files)
+}
+
+/// The traces directly in `dir` (not below): regular files starting with the trace magic,
+/// and files named `*.trace` whatever they hold, so a damaged trace is reported, not
+/// skipped. Sorted by path.
+fn traces_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let listing = |source| Error::File {
+        what: format!("listing {}", dir.display()),
+        source,
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(listing)? {
+        let path = entry.map_err(listing)?.path();
+        // `metadata` follows symbolic links: a link to a trace counts.
+        if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let named = path.extension().is_some_and(|e| e == "trace");
+        if named || starts_with_magic(&path) {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn starts_with_magic(path: &Path) -> bool {
+    let mut magic = [0u8; MAGIC.len()];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| magic == MAGIC)
+}
+
+/// One trace to replay, with what its header says.
+pub struct Entry {
+    pub path: PathBuf,
+    pub rank: Option<u64>,
+}
+
+/// Reads each header (not the events) and sorts by rank, traces without one last, then
+/// path. A file that is not a trace fails here, before anything is replayed.
+pub fn sorted(files: Vec<PathBuf>) -> Result<Vec<Entry>, Error> {
+    let mut entries = Vec::with_capacity(files.len());
+    for path in files {
+        let file = File::open(&path).map_err(|source| Error::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let reader =
+            TraceReader::open(BufReader::new(file)).map_err(|e| common::read_error(&path, e))?;
+        let rank = rank_of(reader.header());
+        entries.push(Entry { path, rank });
+    }
+    entries.sort_by(|a, b| {
+        (a.rank.is_none(), a.rank, &a.path).cmp(&(b.rank.is_none(), b.rank, &b.path))
+    });
+    Ok(entries)
+}
+
+/// The header's `rank`: written by the shim as a string of digits; a number is accepted
+/// too. Absent or not a number: null.
+pub fn rank_of(header: &serde_json::Value) -> Option<u64> {
+    match header.get("rank")? {
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        serde_json::Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+/// Replays the traces one after another; only each one's row and its merged sites stay.
+pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
+    let mut traces = Vec::with_capacity(entries.len());
+    let mut merged = Merged::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let loaded = common::load(&entry.path)?;
+        let r = &loaded.replayed;
+        let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+        let mut keys: HashMap<u64, Vec<String>> = HashMap::new();
+        let mut add = |stack: u64, kind: MemKind, bytes: u64, count: u64| {
+            let key = keys
+                .entry(stack)
+                .or_insert_with(|| sym.stack(stack, 0).iter().map(frame_key).collect())
+                .clone();
+            let site = merged.entry((kind, key)).or_insert_with(|| Site {
+                bytes: 0,
+                count: 0,
+                traces: Vec::new(),
+                frames: sym.stack(stack, opts.frames),
+            });
+            // Saturating: hostile traces can claim sizes that add past u64.
+            site.bytes = site.bytes.saturating_add(bytes);
+            site.count += count;
+            if site.traces.last() != Some(&index) {
+                site.traces.push(index);
+            }
+        };
+        match opts.which {
+            Which::Summary => {}
+            Which::Peak => {
+                for row in r.rows.iter().filter(|row| row.kind.is_memory()) {
+                    for s in &row.peak_sites {
+                        add(s.stack, row.kind, s.bytes, s.count);
+                    }
+                }
+            }
+            Which::Leaks => {
+                for a in r.live.iter().filter(|a| a.kind.is_memory()) {
+                    add(a.stack, a.kind, a.size, 1);
+                }
+            }
+        }
+        crate::cmd::warn_all(sym.take_warnings());
+        traces.push(RankRow {
+            trace: TraceInfo::new(&entry.path, &loaded),
+            rank: entry.rank,
+            host: header_str(&loaded.header, "host").map(str::to_owned),
+            peak_bytes: r.totals.peak_bytes,
+            peak_time_ns: r.totals.peak_time_ns,
+            live_bytes_at_end: r.totals.live_bytes,
+            live_allocations_at_end: r.totals.live_allocations,
+            allocations: r.totals.allocations,
+            failed_allocations: r.totals.failed_allocations,
+        });
+    }
+    let sites = (opts.which != Which::Summary).then(|| shown(merged, &traces, opts.top));
+    Ok(RanksReport {
+        schema_version: SCHEMA_VERSION,
+        command: opts.which,
+        highest: highest(&traces),
+        live_bytes_at_end: traces
+            .iter()
+            .fold(0, |s, t| s.saturating_add(t.live_bytes_at_end)),
+        live_allocations_at_end: traces.iter().map(|t| t.live_allocations_at_end).sum(),
+        sites_total: sites.as_ref().map(|(_, total)| *total),
+        sites: sites.map(|(s, _)| s),
+        traces,
+    })
+}
+
+/// Merged sites largest first (ties in a fixed order), at most `top`, and how many in all.
+fn shown(merged: Merged, traces: &[RankRow], top: usize) -> (Vec<MergedSite>, u64) {
+    let total = merged.len() as u64;
+    let mut all: Vec<_> = merged.into_iter().collect();
+    all.sort_by(|(ka, a), (kb, b)| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.count.cmp(&a.count))
+            .then(ka.cmp(kb))
+    });
+    if top > 0 {
+        all.truncate(top);
+    }
+    let sites = all
+        .into_iter()
+        .map(|((kind, _), s)| MergedSite {
+            kind: kind.name(),
+            bytes: s.bytes,
+            count: s.count,
+            ranks: s.traces.iter().map(|&i| traces[i].rank).collect(),
+            trace_indexes: s.traces,
+            frames: s.frames,
+        })
+        .collect();
+    (sites, total)
+}
+
+/// The trace with the highest peak (the first of equals) and how far above the median.
+fn highest(traces: &[RankRow]) -> Highest {
+    let mut index = 0;
+    for (i, t) in traces.iter().enumerate() {
+        if t.peak_bytes > traces[index].peak_bytes {
+            index = i;
+        }
+    }
+    let mut peaks: Vec<u64> = traces.iter().map(|t| t.peak_bytes).collect();
+    let median = median(&mut peaks);
+    let peak = traces.get(index).map_or(0, |t| t.peak_bytes);
+    Highest {
+        index,
+        rank: traces.get(index).and_then(|t| t.rank),
+        peak_bytes: peak,
+        median_peak_bytes: median,
+        above_median_bytes: peak - median,
+    }
+}
+
+/// The median; of an even number of values the mean of the middle two, rounded down.
+pub fn median(values: &mut [u64]) -> u64 {
+    values.sort_unstable();
+    match values.len() {
+        0 => 0,
+        n if n % 2 == 1 => values[n / 2],
+        n => {
+            let (a, b) = (values[n / 2 - 1], values[n / 2]);
+            a + (b - a) / 2
+        }
+    }
+}
+
+/// The name of a path's last component (the whole path if it has none): checkouts and
+/// install folders differ between nodes, file names do not.
+fn file_name(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(path)
+}
+
+/// One frame as sites are merged: `function at file:line`, else `function in
+/// module+0xoffset`, else `module+0xoffset` (stable across processes of one binary), else
+/// the raw address (which only matches within one process).
+pub fn frame_key(f: &Frame) -> String {
+    let place = || match (&f.module, f.offset) {
+        (Some(m), Some(off)) => format!("{}+{off:#x}", file_name(m)),
+        _ => f.address.clone(),
+    };
+    let at = match (&f.file, f.line) {
+        (Some(file), Some(line)) => Some(format!("{}:{line}", file_name(file))),
+        (Some(file), None) => Some(file_name(file).to_owned()),
+        _ => None,
+    };
+    match (&f.function, at) {
+        (Some(func), Some(at)) => format!("{func} at {at}"),
+        (Some(func), None) => format!("{func} in {}", place()),
+        (None, Some(at)) => format!("{} at {at}", place()),
+        (None, None) => place(),
+    }
+}
+
+/// A failed gate names the worst trace and counts the others over the limit.
+fn gate(
+    report: &RanksReport,
+    what: &str,
+    value: fn(&RankRow) -> u64,
+    flag: &str,
+    limit: Option<u64>,
+) -> Result<(), Error> {
+    let Some(limit) = limit else { return Ok(()) };
+    let over: Vec<&RankRow> = report.traces.iter().filter(|t| value(t) > limit).collect();
+    let Some(worst) = over
+        .iter()
+        .copied()
+        .reduce(|a, b| if value(b) > value(a) { b } else { a })
+    else {
+        return Ok(());
+    };
+    let others = match over.len() - 1 {
+        0 => String::new(),
+        1 => ", and so does 1 more trace".to_string(),
+        n => format!(", and so do {n} more traces"),
+    };
+    Err(Error::Gate(format!(
+        "rank {} ({}): {what} {} exceeds {flag} {}{others}: reduce it, or raise the limit if \
+         the growth is expected",
+        rank_text(worst.rank),
+        worst.trace.path,
+        units::bytes_exact(value(worst)),
+        units::bytes_exact(limit)
+    )))
+}
+
+fn rank_text(rank: Option<u64>) -> String {
+    rank.map_or_else(|| "?".to_string(), |r| r.to_string())
+}
+
+pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
+    let ranks: Vec<String> = report.traces.iter().map(|t| rank_text(t.rank)).collect();
+    writeln!(
+        out,
+        "{} (ranks {})",
+        units::plural(report.traces.len() as u64, "trace", "traces"),
+        ranks.join(", ")
+    )?;
+    writeln!(
+        out,
+        "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  trace",
+        "rank", "host", "pid", "peak", "peak at", "live@end", "events"
+    )?;
+    for t in &report.traces {
+        writeln!(
+            out,
+            "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  {}",
+            rank_text(t.rank),
+            t.host.as_deref().unwrap_or("?"),
+            t.trace
+                .pid
+                .map_or_else(|| "?".to_string(), |p| p.to_string()),
+            units::bytes(t.peak_bytes),
+            units::secs(t.peak_time_ns),
+            units::bytes(t.live_bytes_at_end),
+            t.trace.events,
+            t.trace.path
+        )?;
+    }
+    for t in &report.traces {
+        let doubts = [
+            (
+                !t.trace.complete,
+                "did NOT exit cleanly (live@end: live when the trace stopped)",
+            ),
+            (
+                t.trace.truncated,
+                "is cut short (only its complete blocks were read)",
+            ),
+            (
+                t.trace.dropped > 0,
+                "lost events in the shim (its numbers undercount)",
+            ),
+        ];
+        for (_, why) in doubts.iter().filter(|(doubt, _)| *doubt) {
+            writeln!(
+                out,
+                "WARNING: rank {} ({}) {why}",
+                rank_text(t.rank),
+                t.trace.path
+            )?;
+        }
+    }
+    let h = &report.highest;
+    writeln!(
+        out,
+        "\nhighest peak: rank {}, {} at {}, {} above the median {}",
+        rank_text(h.rank),
+        units::bytes_exact(h.peak_bytes),
+        units::secs(report.traces.get(h.index).map_or(0, |t| t.peak_time_ns)),
+        units::bytes_exact(h.above_median_bytes),
+        units::bytes_exact(h.median_peak_bytes)
+    )?;
+    let Some(sites) = &report.sites else {
+        return Ok(());
+    };
+    let total = report.sites_total.unwrap_or(0);
+    if report.command == Which::Leaks {
+        writeln!(
+            out,
+            "\n{} in {} live at the end, all traces, from {}",
+            units::bytes_exact(report.live_bytes_at_end),
+            units::plural(report.live_allocations_at_end, "allocation", "allocations"),
+            units::plural(total, "call site", "call sites")
+        )?;
+    } else {
+        writeln!(
+            out,
+            "\ncall sites at the peaks (bytes summed over the traces): {total}"
+        )?;
+    }
+    if (sites.len() as u64) < total {
+        writeln!(out, "showing the {} largest", sites.len())?;
+    }
+    for (n, s) in sites.iter().enumerate() {
+        let ranks: Vec<String> = s.ranks.iter().map(|r| rank_text(*r)).collect();
+        writeln!(
+            out,
+            "\n#{} {} in {} ({} memory), ranks [{}]",
+            n + 1,
+            units::bytes_exact(s.bytes),
+            units::plural(s.count, "allocation", "allocations"),
+            s.kind,
+            ranks.join(", ")
+        )?;
+        write_frames(out, &s.frames, "    ")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [7, 9, 8]), 8);
+        assert_eq!(median(&mut [10, 8, 8, 4]), 8);
+        assert_eq!(median(&mut [1, 4]), 2);
+        assert_eq!(median(&mut [5]), 5);
+        assert_eq!(median(&mut [u64::MAX, u64::MAX - 1]), u64::MAX - 1);
+    }
+
+    #[test]
+    fn ranks_from_the_header() {
+        let rank = |v: serde_json::Value| rank_of(&v);
+        assert_eq!(rank(serde_json::json!({"rank": "3"})), Some(3));
+        assert_eq!(rank(serde_json::json!({"rank": 5})), Some(5));
+        assert_eq!(rank(serde_json::json!({"rank": "x"})), None);
+        assert_eq!(rank(serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn frames_merge_by_line_then_by_module_offset() {
+        let frame =
+            |function: Option<&str>, file: Option<&str>, line, module: Option<&str>| Frame {
+                address: "0x7f0000001234".into(),
+                module: module.map(str::to_owned),
+                function: function.map(str::to_owned),
+                file: file.map(str::to_owned),
+                line,
+                inlined: false,
+                python: false,
+                offset: module.map(|_| 0x1234),
+            };
+        let f = frame(
+            Some("step"),
+            Some("/a/train.c"),
+            Some(7),
+            Some("/bin/train"),
+        );
+        assert_eq!(frame_key(&f), "step at train.c:7");
+        let f = frame(Some("step"), None, None, Some("/n1/libx.so"));
+        assert_eq!(frame_key(&f), "step in libx.so+0x1234");
+        assert_eq!(
+            frame_key(&frame(None, None, None, Some("/n2/libx.so"))),
+            "libx.so+0x1234"
+        );
+        assert_eq!(frame_key(&frame(None, None, None, None)), "0x7f0000001234");
+    }
+}

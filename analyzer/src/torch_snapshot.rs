@@ -1,0 +1,637 @@
+//! `export --format torch-snapshot`: the trace as PyTorch's memory snapshot, the pickle
+//! `torch.cuda.memory._dump_snapshot` writes, so pytorch.org/memory_viz, `ptmem` and
+//! `torch.cuda._memory_viz` open it with the live and peak numbers of our own reports.
+//!
+//! ```text
+//!  pass 1   replay ──► live at the end, devices with entries, streams and VMM mappings
+//!  write    {"device_traces": [ [entry ...]  ◄── pass 2: device 0's entries, streamed
+//!                               [entry ...]  ◄── pass 3: device 1's ...
+//!                               ... one list per ordinal up to the highest ],
+//!           "segments": [segment per allocation live at the end, one active block each]}
+//! ```
+//!
+//! The hooks see what the framework's allocator asked CUDA for, so each allocation is a
+//! segment holding one block of its size: `segment_alloc` then `alloc` when it became live;
+//! `free_requested`, `free_completed`, `segment_free` when a free released it (the pair for
+//! every free, at the free's time: the trace counts memory released at the call, also for
+//! stream-ordered frees). A VMM mapping (`cuMemMap`, `hipMemMap`) is memory: the same
+//! entries with `segment_map`/`segment_unmap`, and `is_expandable` on its segment; address
+//! reservations and physical handles are not memory and have no entries. An allocation
+//! call that failed with out-of-memory is an `oom` entry whose `device_free` is the free
+//! memory the shim read after the failure (0 when it could not). Only GPU memory is in a
+//! snapshot: pinned host memory and memory of an unknown device are left out.
+//!
+//! Entries are streamed: the file is written while the trace is read, one pass per device
+//! with entries (`device_traces` lists each device's entries together). Memory holds the
+//! live allocations, as the replay does, and the memo: each distinct stack's frame list and
+//! frame is written once and referenced after that (`pickle.rs`), so the file grows with
+//! the events but not with repeated stacks. Integers are exact in the browser viewer below
+//! 2^53: addresses (47 bits in user space), sizes and `time_us` (microseconds since the
+//! Unix epoch, about 2^51) are.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+use gpumemprof_format::{MemKind, ReadError, Record, TraceReader};
+
+use crate::cmd::common;
+use crate::error::Error;
+use crate::fasthash::FastMap;
+use crate::observe::{record_time, replay_observed, Observer};
+use crate::pickle::{Memo, Pickler};
+use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay};
+use crate::symbolize::{Frame, Symbolizer};
+
+/// Devices above this ordinal are left out: `device_traces` has one list per ordinal up
+/// to the highest, and a corrupt ordinal must not make a huge file.
+pub const MAX_DEVICE: i32 = 1023;
+
+/// The allocation APIs' out-of-memory code (`cudaErrorMemoryAllocation`,
+/// `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`).
+const OUT_OF_MEMORY: u32 = 2;
+
+/// Whether memory of `kind` on `device` is in the snapshot: memory on a known GPU.
+pub fn exported(kind: MemKind, device: i32) -> bool {
+    kind.is_memory() && kind != MemKind::PinnedHost && (0..=MAX_DEVICE).contains(&device)
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Written {
+    pub entries: u64,
+    pub segments: u64,
+    /// Devices that have entries.
+    pub devices: usize,
+    /// Allocations left out: pinned host memory, and memory of an unknown device.
+    pub left_out_pinned: u64,
+    pub left_out_unknown_device: u64,
+}
+
+impl Written {
+    pub fn describe(&self) -> String {
+        format!(
+            "PyTorch memory snapshot, {} trace entries on {} device{}, {} segment{} live at \
+             the end; open it in pytorch.org/memory_viz",
+            self.entries,
+            self.devices,
+            if self.devices == 1 { "" } else { "s" },
+            self.segments,
+            if self.segments == 1 { "" } else { "s" }
+        )
+    }
+}
+
+/// Writes the snapshot of `trace` to `output` (refusing an existing file without `force`).
+/// A trace that cannot be read writes nothing; a failure while writing removes the file.
+pub fn export(trace: &Path, output: &Path, force: bool) -> Result<Written, Error> {
+    let surveyed = survey(common::open(trace)?).map_err(|e| common::read_error(trace, e))?;
+    common::warn_truncated(trace, &surveyed.loaded);
+    let file = crate::term::create_output(output, force)?;
+    let written = write(
+        trace,
+        &surveyed,
+        &|| common::open(trace),
+        BufWriter::new(file),
+    );
+    let written = written.map_err(|e| {
+        let _ = std::fs::remove_file(output);
+        match e {
+            Error::Output(source) => Error::File {
+                what: format!("writing {}", output.display()),
+                source,
+            },
+            e => e,
+        }
+    })?;
+    let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let mut left = Vec::new();
+    if written.left_out_pinned > 0 {
+        left.push(plural(written.left_out_pinned, "pinned host allocation"));
+    }
+    if written.left_out_unknown_device > 0 {
+        let n = written.left_out_unknown_device;
+        left.push(plural(n, "allocation") + " on an unknown device");
+    }
+    if !left.is_empty() {
+        crate::term::warn(&format!(
+            "a PyTorch snapshot holds GPU memory only; left out of {}: {}",
+            output.display(),
+            left.join(" and ")
+        ));
+    }
+    Ok(written)
+}
+
+/// Pass 1's result: the replay, and what the snapshot needs beyond it.
+pub struct Surveyed {
+    pub loaded: Loaded,
+    survey: Survey,
+}
+
+/// Pass 1: replays the whole trace.
+pub fn survey<R: Read>(reader: TraceReader<R>) -> Result<Surveyed, ReadError> {
+    let mut survey = Survey::new(reader.header());
+    let loaded = replay_observed(reader, &mut [&mut survey])?;
+    Ok(Surveyed { loaded, survey })
+}
+
+/// Writes the snapshot to `out`: `open` opens the trace again for each device's pass
+/// (`trace` names it in errors). Symbolizes from `surveyed.loaded`'s modules.
+pub fn write<R: Read, W: Write>(
+    trace: &Path,
+    surveyed: &Surveyed,
+    open: &dyn Fn() -> Result<TraceReader<R>, Error>,
+    out: W,
+) -> Result<Written, Error> {
+    let (loaded, survey) = (&surveyed.loaded, &surveyed.survey);
+    let header = &loaded.header;
+    let r = &loaded.replayed;
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let start_ns = header
+        .get("start_time_unix_ns")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let mut w = SnapshotWriter::new(out, &mut sym, start_ns).map_err(Error::Output)?;
+    // Device traces first: the segments (what is live at the end) need no trace pass.
+    w.begin().map_err(Error::Output)?;
+    let highest = survey.devices.last().copied().unwrap_or(0);
+    for device in 0..=highest {
+        w.p.empty_list().map_err(Error::Output)?;
+        if survey.devices.contains(&device) {
+            let reader = open()?;
+            let mut entries = DeviceEntries::new(&mut w, device, header);
+            replay_first(reader, survey.records, &mut entries)
+                .map_err(|e| common::read_error(trace, e))?;
+            let (mut batch, error) = (entries.batch, entries.error);
+            if let Some(e) = error {
+                return Err(Error::Output(e));
+            }
+            w.p.end_items(&mut batch).map_err(Error::Output)?;
+        }
+        w.p.append().map_err(Error::Output)?;
+    }
+    let mut live: Vec<&LiveAlloc> = r
+        .live
+        .iter()
+        .filter(|a| exported(a.kind, a.device))
+        .collect();
+    live.sort_by_key(|a| (a.device, a.address, a.time_ns));
+    w.segments(&live, &survey.extras).map_err(Error::Output)?;
+    let entries = w.finish().map_err(Error::Output)?;
+    crate::cmd::warn_all(sym.take_warnings());
+
+    let left_out = |pinned: bool| {
+        r.rows
+            .iter()
+            .filter(|row| row.kind.is_memory() && !exported(row.kind, row.device))
+            .filter(|row| (row.kind == MemKind::PinnedHost) == pinned)
+            .map(|row| row.counters.allocations)
+            .sum()
+    };
+    Ok(Written {
+        entries,
+        segments: live.len() as u64,
+        devices: survey.devices.len(),
+        left_out_pinned: left_out(true),
+        left_out_unknown_device: left_out(false),
+    })
+}
+
+/// `observe::replay_observed` for the first `records` records only: a later pass stops
+/// where the first one ended, so a trace still being written gives a consistent snapshot.
+fn replay_first<R: Read>(
+    mut reader: TraceReader<R>,
+    records: u64,
+    observer: &mut dyn Observer,
+) -> Result<(), ReadError> {
+    let mut replay = Replay::new();
+    let mut changes = Vec::new();
+    for _ in 0..records {
+        let Some(record) = reader.next_record()? else {
+            break;
+        };
+        observer.record(&record);
+        let time = record_time(&record).unwrap_or(0);
+        changes.clear();
+        replay.record_changes(record, &mut changes);
+        if !changes.is_empty() {
+            observer.changes(time, &changes);
+        }
+    }
+    Ok(())
+}
+
+/// What `LiveAlloc` does not keep about an allocation: its stream and whether it is a VMM
+/// mapping. Kept while it is live, and only where it is not (0, false).
+struct Extras {
+    /// API ids of `cuMemMap` and `hipMemMap`.
+    map_apis: Vec<u16>,
+    /// The stream and mapping flag of the alloc record being applied.
+    current: (u64, bool),
+    live: FastMap<(u64, u64), (u64, bool)>,
+}
+
+impl Extras {
+    fn new(header: &serde_json::Value) -> Extras {
+        let names = crate::views::api_names(header);
+        Extras {
+            map_apis: names
+                .into_iter()
+                .filter(|(_, name)| name == "cuMemMap" || name == "hipMemMap")
+                .map(|(id, _)| id)
+                .collect(),
+            current: (0, false),
+            live: FastMap::default(),
+        }
+    }
+
+    fn record(&mut self, record: &Record) {
+        self.current = match record {
+            Record::Alloc(a) => (a.stream, self.map_apis.contains(&a.api)),
+            _ => (0, false),
+        };
+    }
+
+    fn added(&mut self, a: &LiveAlloc) -> (u64, bool) {
+        if self.current != (0, false) {
+            self.live.insert((a.address, a.time_ns), self.current);
+        }
+        self.current
+    }
+
+    fn released(&mut self, a: &LiveAlloc) -> (u64, bool) {
+        self.live
+            .remove(&(a.address, a.time_ns))
+            .unwrap_or_default()
+    }
+
+    fn get(&self, a: &LiveAlloc) -> (u64, bool) {
+        self.live
+            .get(&(a.address, a.time_ns))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Pass 1's observer: which devices have entries, the extras of what is live at the end,
+/// and how many records the pass read.
+struct Survey {
+    extras: Extras,
+    devices: BTreeSet<i32>,
+    records: u64,
+}
+
+impl Survey {
+    fn new(header: &serde_json::Value) -> Survey {
+        Survey {
+            extras: Extras::new(header),
+            devices: BTreeSet::new(),
+            records: 0,
+        }
+    }
+}
+
+impl Observer for Survey {
+    fn record(&mut self, record: &Record) {
+        self.records += 1;
+        self.extras.record(record);
+        if let Record::AllocFailed(f) = record {
+            if f.result == OUT_OF_MEMORY && exported(f.kind, f.device) {
+                self.devices.insert(f.device);
+            }
+        }
+    }
+
+    fn changes(&mut self, _time_ns: u64, changes: &[LiveChange]) {
+        for change in changes {
+            match change {
+                LiveChange::Added(a) if exported(a.kind, a.device) => {
+                    self.devices.insert(a.device);
+                    self.extras.added(a);
+                }
+                LiveChange::Released(a) if exported(a.kind, a.device) => {
+                    self.extras.released(a);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// One trace entry.
+struct Entry {
+    action: &'static str,
+    /// `addr`, or `device_free` for `oom`.
+    addr_key: &'static str,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    stack: u64,
+}
+
+/// The pickle being written, with the symbolizer and the memo of frame lists and frames.
+struct SnapshotWriter<'s, 'a, W: Write> {
+    p: Pickler<W>,
+    sym: &'s mut Symbolizer<'a>,
+    /// Frame lists written, by stack id.
+    stacks: FastMap<u64, Memo>,
+    /// Frame dicts written, by (name, filename, line).
+    frames: HashMap<(String, String, u32), Memo>,
+    start_unix_ns: u64,
+    entries: u64,
+}
+
+impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
+    fn new(out: W, sym: &'s mut Symbolizer<'a>, start_unix_ns: u64) -> io::Result<Self> {
+        Ok(SnapshotWriter {
+            p: Pickler::new(out)?,
+            sym,
+            stacks: FastMap::default(),
+            frames: HashMap::new(),
+            start_unix_ns,
+            entries: 0,
+        })
+    }
+
+    /// The top dict and its `device_traces` list, to which each device's list is appended.
+    fn begin(&mut self) -> io::Result<()> {
+        self.p.empty_dict()?;
+        self.p.str_memo("device_traces")?;
+        self.p.empty_list()
+    }
+
+    /// Closes `device_traces` and writes `segments`: one per allocation in `live`.
+    fn segments(&mut self, live: &[&LiveAlloc], extras: &Extras) -> io::Result<()> {
+        self.p.setitem()?;
+        self.p.str_memo("segments")?;
+        self.p.empty_list()?;
+        let mut batch = 0;
+        for a in live {
+            self.p.begin_item(&mut batch)?;
+            let (stream, mapped) = extras.get(a);
+            self.segment(a, stream, mapped)?;
+            self.p.end_item(&mut batch)?;
+        }
+        self.p.end_items(&mut batch)?;
+        self.p.setitem()
+    }
+
+    /// Ends the pickle; returns the number of trace entries written.
+    fn finish(self) -> io::Result<u64> {
+        self.p.finish()?;
+        Ok(self.entries)
+    }
+
+    fn key_uint(&mut self, key: &str, value: u64) -> io::Result<()> {
+        self.p.str_memo(key)?;
+        self.p.uint(value)
+    }
+
+    /// One entry of the device list on top of the stack, at `time_ns` since the trace
+    /// started.
+    fn entry(&mut self, batch: &mut usize, e: &Entry, time_ns: u64) -> io::Result<()> {
+        self.p.begin_item(batch)?;
+        self.p.empty_dict()?;
+        self.p.mark()?;
+        self.p.str_memo("action")?;
+        self.p.str_memo(e.action)?;
+        self.key_uint(e.addr_key, e.addr)?;
+        self.key_uint("size", e.size)?;
+        self.key_uint("stream", e.stream)?;
+        let time_us = self.start_unix_ns.saturating_add(time_ns) / 1000;
+        self.key_uint("time_us", time_us)?;
+        self.p.str_memo("frames")?;
+        self.frame_list(e.stack)?;
+        self.p.setitems()?;
+        self.entries += 1;
+        self.p.end_item(batch)
+    }
+
+    /// A segment of one active block: a live allocation.
+    fn segment(&mut self, a: &LiveAlloc, stream: u64, mapped: bool) -> io::Result<()> {
+        self.p.empty_dict()?;
+        self.p.mark()?;
+        self.key_uint("device", a.device.max(0) as u64)?;
+        self.key_uint("address", a.address)?;
+        for key in [
+            "total_size",
+            "allocated_size",
+            "active_size",
+            "requested_size",
+        ] {
+            self.key_uint(key, a.size)?;
+        }
+        self.key_uint("stream", stream)?;
+        // PyTorch's "small" pool is its own 2 MiB segments for requests up to 1 MiB;
+        // below the framework every segment is a driver allocation: "large".
+        self.p.str_memo("segment_type")?;
+        self.p.str_memo("large")?;
+        self.p.str_memo("is_expandable")?;
+        self.p.bool(mapped)?;
+        self.p.str_memo("frames")?;
+        self.frame_list(a.stack)?;
+        self.p.str_memo("blocks")?;
+        self.p.empty_list()?;
+        self.p.empty_dict()?;
+        self.p.mark()?;
+        self.key_uint("address", a.address)?;
+        self.key_uint("size", a.size)?;
+        self.key_uint("requested_size", a.size)?;
+        self.p.str_memo("state")?;
+        self.p.str_memo("active_allocated")?;
+        self.p.str_memo("frames")?;
+        self.frame_list(a.stack)?;
+        self.p.setitems()?;
+        self.p.append()?;
+        self.p.setitems()
+    }
+
+    /// The frames of `stack`, innermost first: written the first time, a memo reference
+    /// after that.
+    fn frame_list(&mut self, stack: u64) -> io::Result<()> {
+        if let Some(&m) = self.stacks.get(&stack) {
+            return self.p.get(m);
+        }
+        let frames = self.sym.stack(stack, 0);
+        self.p.empty_list()?;
+        if let Some(m) = self.p.memoize()? {
+            self.stacks.insert(stack, m);
+        }
+        let mut batch = 0;
+        for f in &frames {
+            self.p.begin_item(&mut batch)?;
+            self.frame(f)?;
+            self.p.end_item(&mut batch)?;
+        }
+        self.p.end_items(&mut batch)
+    }
+
+    fn frame(&mut self, f: &Frame) -> io::Result<()> {
+        let key = torch_frame(f);
+        if let Some(&m) = self.frames.get(&key) {
+            return self.p.get(m);
+        }
+        self.p.empty_dict()?;
+        let memo = self.p.memoize()?;
+        self.p.mark()?;
+        self.p.str_memo("name")?;
+        self.p.str_memo(&key.0)?;
+        self.p.str_memo("filename")?;
+        self.p.str_memo(&key.1)?;
+        self.key_uint("line", u64::from(key.2))?;
+        self.p.setitems()?;
+        if let Some(m) = memo {
+            self.frames.insert(key, m);
+        }
+        Ok(())
+    }
+}
+
+/// A frame as PyTorch's snapshot has it, `(name, filename, line)`: the function, else
+/// `module+0xoffset`, else the address; the source file, else the module's path, else
+/// `??` (what PyTorch's symbolizer writes for an unknown file); the line, else 0.
+pub fn torch_frame(f: &Frame) -> (String, String, u32) {
+    let name = match (&f.function, &f.module, f.offset) {
+        (Some(function), _, _) => function.clone(),
+        (None, Some(module), Some(offset)) => {
+            let file = Path::new(module)
+                .file_name()
+                .map_or(module.as_str(), |n| n.to_str().unwrap_or(module.as_str()));
+            format!("{file}+{offset:#x}")
+        }
+        _ => f.address.clone(),
+    };
+    let filename = f
+        .file
+        .clone()
+        .or_else(|| f.module.clone())
+        .unwrap_or_else(|| "??".to_owned());
+    (name, filename, f.line.unwrap_or(0))
+}
+
+/// A later pass's observer: writes one device's entries.
+struct DeviceEntries<'w, 's, 'a, W: Write> {
+    w: &'w mut SnapshotWriter<'s, 'a, W>,
+    device: i32,
+    extras: Extras,
+    /// The latest event time so far: entry times never go back, although the shim's
+    /// reorder window lets a rare event arrive after a later one (viewers sort by time).
+    now_ns: u64,
+    /// The stack of the free record being applied (0: none captured).
+    free_stack: u64,
+    /// Items in the open APPENDS batch of the device's list.
+    batch: usize,
+    /// The first write error; nothing more is written after it.
+    error: Option<io::Error>,
+}
+
+impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
+    fn new(w: &'w mut SnapshotWriter<'s, 'a, W>, device: i32, header: &serde_json::Value) -> Self {
+        DeviceEntries {
+            w,
+            device,
+            extras: Extras::new(header),
+            now_ns: 0,
+            free_stack: 0,
+            batch: 0,
+            error: None,
+        }
+    }
+
+    fn emit(&mut self, e: Entry) {
+        if self.error.is_none() {
+            if let Err(err) = self.w.entry(&mut self.batch, &e, self.now_ns) {
+                self.error = Some(err);
+            }
+        }
+    }
+}
+
+impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
+    fn record(&mut self, record: &Record) {
+        self.extras.record(record);
+        self.free_stack = 0;
+        match record {
+            Record::Alloc(a) => self.now_ns = self.now_ns.max(a.time_ns),
+            Record::Free(f) => {
+                self.now_ns = self.now_ns.max(f.time_ns);
+                self.free_stack = f.stack;
+            }
+            Record::AllocFailed(f) => {
+                self.now_ns = self.now_ns.max(f.time_ns);
+                if f.result == OUT_OF_MEMORY
+                    && f.device == self.device
+                    && exported(f.kind, f.device)
+                {
+                    self.emit(Entry {
+                        action: "oom",
+                        addr_key: "device_free",
+                        addr: if f.mem_total > 0 { f.mem_free } else { 0 },
+                        size: f.size,
+                        stream: f.stream,
+                        stack: f.stack,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn changes(&mut self, _time_ns: u64, changes: &[LiveChange]) {
+        for change in changes {
+            match change {
+                LiveChange::Added(a) if a.device == self.device && exported(a.kind, a.device) => {
+                    let (stream, mapped) = self.extras.added(a);
+                    let segment = if mapped {
+                        "segment_map"
+                    } else {
+                        "segment_alloc"
+                    };
+                    for action in [segment, "alloc"] {
+                        self.emit(Entry {
+                            action,
+                            addr_key: "addr",
+                            addr: a.address,
+                            size: a.size,
+                            stream,
+                            stack: a.stack,
+                        });
+                    }
+                }
+                LiveChange::Released(a)
+                    if a.device == self.device && exported(a.kind, a.device) =>
+                {
+                    let (stream, mapped) = self.extras.released(a);
+                    // As PyTorch with context recording "all": the free's stack on the
+                    // request and the segment's release, the allocation's on completion.
+                    let free_stack = if self.free_stack != 0 {
+                        self.free_stack
+                    } else {
+                        a.stack
+                    };
+                    let segment = if mapped {
+                        "segment_unmap"
+                    } else {
+                        "segment_free"
+                    };
+                    for (action, stack) in [
+                        ("free_requested", free_stack),
+                        ("free_completed", a.stack),
+                        (segment, free_stack),
+                    ] {
+                        self.emit(Entry {
+                            action,
+                            addr_key: "addr",
+                            addr: a.address,
+                            size: a.size,
+                            stream,
+                            stack,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}

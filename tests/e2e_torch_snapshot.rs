@@ -1,0 +1,250 @@
+//! End to end: programs run under the shim, their traces exported with `gpumemprof export
+//! --format torch-snapshot`, and the snapshot opened by an independent reader, `ptmem`
+//! (PyPI, pinned in `support::PYTHON_PACKAGES`, installed on first use): the numbers its
+//! summary prints, and the exact ones it computes, must be our `summary --json` and
+//! `leaks --json` numbers. The programs: the training loop that leaks
+//! (`examples/train_leak.c`), the job that dies of out-of-memory (`oom_final.c`) and
+//! PyTorch-style expandable segments (`vmm_expandable.c`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpumemprof_tests::profiled::*;
+use gpumemprof_tests::{python_packages, source_line_of};
+use serde_json::Value;
+
+/// Runs `name` under the shim and exports its trace; returns the trace and the snapshot.
+fn exported(test: &str, name: &str, args: &[&str], exit: i32) -> (PathBuf, PathBuf) {
+    let dir = scratch(test);
+    let run = run_profiled(&dir, name, args, &[]);
+    assert_eq!(run.output.status.code(), Some(exit), "{}", run.stderr());
+    let snapshot = dir.join("snapshot.pickle");
+    let out = analyzer()
+        .args(["export", "--format", "torch-snapshot"])
+        .arg(&run.trace)
+        .arg("-o")
+        .arg(&snapshot)
+        .output()
+        .expect("run gpumemprof");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "export: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (run.trace, snapshot)
+}
+
+/// Runs Python with ptmem importable; `code` gets the snapshot's path as `sys.argv[1]`
+/// (and `args` after it). Panics with pip's or Python's message if ptmem is not there:
+/// this test never passes without having run it.
+fn python_with_ptmem(code: &str, args: &[&Path]) -> String {
+    let site = python_packages();
+    let out = Command::new("python3")
+        .env("PYTHONPATH", &site)
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "python3 with ptmem from {} failed: {}{}",
+        site.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `ptmem -s SNAPSHOT` (its command line, `ptmem.cli:run`): the summary's `label: value`
+/// lines.
+fn ptmem_summary(snapshot: &Path) -> BTreeMap<String, String> {
+    let printed = python_with_ptmem(
+        "import sys\nfrom ptmem.cli import run\nsys.argv = ['ptmem', '-s', sys.argv[1]]\nrun()",
+        &[snapshot],
+    );
+    assert!(
+        printed.contains("PyTorch Memory Snapshot Summary"),
+        "not ptmem's summary:\n{printed}"
+    );
+    printed
+        .lines()
+        .filter_map(|l| l.trim().split_once(": "))
+        .map(|(k, v)| (format!("{}:", k.trim()), v.trim().to_owned()))
+        .collect()
+}
+
+/// The exact numbers behind ptmem's summary, from its own loader (`MemoryProfileData`).
+fn ptmem_numbers(snapshot: &Path) -> Value {
+    let printed = python_with_ptmem(
+        "import json, math, sys\nfrom ptmem.cli import MemoryProfileData\n\
+         d = MemoryProfileData(sys.argv[1])\n\
+         print(json.dumps({'initial': d.initial_memory, 'peak': d.max_memory,\n\
+             'final': d.timeline_memory[-1], 'events': d.max_time + 1,\n\
+             'allocations': len(d.allocations),\n\
+             'live': sum(1 for a in d.allocations if a.time_free == math.inf),\n\
+             'allocated': sum(a.size for a in d.allocations),\n\
+             'devices': sorted({a.device for a in d.allocations})}))",
+        &[snapshot],
+    );
+    serde_json::from_str(&printed).expect("JSON")
+}
+
+/// ptmem's `fmt_bytes`: how its summary prints a byte count.
+fn ptmem_bytes(n: u64) -> String {
+    for (unit, threshold) in [("GB", 1u64 << 30), ("MB", 1 << 20), ("KB", 1 << 10)] {
+        if n >= threshold {
+            return format!("{:.1}{unit}", n as f64 / threshold as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+/// Everything ptmem says about the snapshot equals what our reports say about the trace.
+fn ptmem_agrees_with_our_reports(trace: &Path, snapshot: &Path) {
+    let summary = report("summary", trace, &[]);
+    let leaks = report("leaks", trace, &[]);
+    let t = &summary["totals"];
+    let n = |v: &Value| v.as_u64().expect("an integer");
+    let (allocations, frees) = (n(&t["allocations"]), n(&t["frees"]));
+    let (peak, live) = (n(&t["peak_bytes"]), n(&t["live_bytes_at_end"]));
+    let live_count = n(&t["live_allocations_at_end"]);
+    assert_eq!(
+        (live, live_count),
+        (n(&leaks["total_bytes"]), n(&leaks["total_count"]))
+    );
+
+    let exact = ptmem_numbers(snapshot);
+    assert_eq!(
+        exact,
+        serde_json::json!({"initial": 0, "peak": peak, "final": live,
+            "events": allocations + frees, "allocations": allocations, "live": live_count,
+            "allocated": n(&t["bytes_allocated"]), "devices": [0]}),
+        "ptmem's numbers against summary {t}"
+    );
+
+    let printed = ptmem_summary(snapshot);
+    let shown = |label: &str| {
+        printed
+            .get(label)
+            .unwrap_or_else(|| panic!("ptmem printed no {label:?}: {printed:#?}"))
+            .as_str()
+    };
+    let count = |label: &str| shown(label).replace(',', "");
+    assert_eq!(shown("Before recording (initial):"), "0B");
+    assert_eq!(shown("Peak:"), ptmem_bytes(peak));
+    assert_eq!(shown("Final (end of recording):"), ptmem_bytes(live));
+    assert_eq!(
+        count("Events (alloc + free):"),
+        (allocations + frees).to_string()
+    );
+    assert_eq!(count("Total tracked:"), allocations.to_string());
+    assert_eq!(count("Still live at end:"), live_count.to_string());
+    assert_eq!(
+        shown("Total allocated (cumul.):"),
+        ptmem_bytes(n(&t["bytes_allocated"]))
+    );
+    assert_eq!(shown("CUDA devices:"), "device 0");
+}
+
+/// The snapshot, read with CPython's pickle, as JSON.
+fn snapshot_json(snapshot: &Path) -> Value {
+    let printed = python_with_ptmem(
+        "import json, pickle, sys\nprint(json.dumps(pickle.load(open(sys.argv[1], 'rb'))))",
+        &[snapshot],
+    );
+    serde_json::from_str(&printed).expect("JSON")
+}
+
+fn entries<'a>(snap: &'a Value, action: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    snap["device_traces"][0]
+        .as_array()
+        .expect("device 0's entries")
+        .iter()
+        .filter(move |e| e["action"] == action)
+}
+
+/// The training loop leaks 1 MiB per step from one line: ptmem's peak, final bytes and
+/// counts are ours, and the leaked blocks' innermost frame is that line.
+#[test]
+fn ptmem_reads_the_training_loop_with_our_peak_leak_and_counts() {
+    let (trace, snapshot) = exported("torch_snapshot_train", "train_leak", &["20"], 0);
+    ptmem_agrees_with_our_reports(&trace, &snapshot);
+
+    let snap = snapshot_json(&snapshot);
+    let segments = snap["segments"].as_array().expect("segments");
+    let line = source_line_of("examples/train_leak.c", "GPUMEMPROF-LEAK");
+    let leak_report = report("leaks", &trace, &[]);
+    assert_eq!(
+        segments.len() as u64,
+        leak_report["total_count"].as_u64().unwrap()
+    );
+    for s in segments {
+        let top = &s["blocks"][0]["frames"][0];
+        assert_eq!(top["name"], "keep_for_logging", "{s}");
+        assert_eq!(top["line"], line, "{s}");
+        assert!(
+            top["filename"].as_str().unwrap().ends_with("train_leak.c"),
+            "{s}"
+        );
+        assert_eq!(s["total_size"], 1 << 20);
+    }
+}
+
+/// The job that dies of out-of-memory: ptmem's numbers are ours, and the failure is one
+/// `oom` entry with the request, the free memory the shim read and the requesting line.
+#[test]
+fn ptmem_reads_the_out_of_memory_job_and_the_failure_is_an_oom_entry() {
+    let (trace, snapshot) = exported("torch_snapshot_oom", "oom_final", &[], 1);
+    ptmem_agrees_with_our_reports(&trace, &snapshot);
+
+    let failure = &report("oom", &trace, &[])["failure"];
+    let snap = snapshot_json(&snapshot);
+    let ooms: Vec<&Value> = entries(&snap, "oom").collect();
+    assert_eq!(ooms.len(), 1, "{ooms:?}");
+    assert_eq!(ooms[0]["size"], failure["size"]);
+    assert_eq!(ooms[0]["device_free"], failure["mem_free_bytes"]);
+    assert_eq!(ooms[0]["frames"][0]["name"], "grow_batch");
+    assert_eq!(
+        ooms[0]["frames"][0]["line"],
+        source_line_of("tests/programs/oom_final.c", "GPUMEMPROF-OOM-REQUEST")
+    );
+}
+
+/// Expandable segments: mappings are the memory (segment_map/segment_unmap around their
+/// blocks, expandable segments at the end); the reservation and the handles are not, and
+/// ptmem's numbers are ours.
+#[test]
+fn ptmem_reads_expandable_segments_as_their_mappings() {
+    let (trace, snapshot) = exported("torch_snapshot_vmm", "vmm_expandable", &[], 0);
+    ptmem_agrees_with_our_reports(&trace, &snapshot);
+
+    let summary = report("summary", &trace, &[]);
+    let snap = snapshot_json(&snapshot);
+    let t = &summary["totals"];
+    assert_eq!(
+        entries(&snap, "segment_map").count() as u64,
+        t["allocations"].as_u64().unwrap()
+    );
+    assert_eq!(
+        entries(&snap, "segment_unmap").count() as u64,
+        t["frees"].as_u64().unwrap()
+    );
+    assert_eq!(entries(&snap, "segment_alloc").count(), 0);
+    let segments = snap["segments"].as_array().expect("segments");
+    assert_eq!(
+        segments.len() as u64,
+        t["live_allocations_at_end"].as_u64().unwrap()
+    );
+    assert!(
+        segments.iter().all(|s| s["is_expandable"] == true),
+        "{segments:?}"
+    );
+    let mapped: u64 = segments
+        .iter()
+        .map(|s| s["total_size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(mapped, t["live_bytes_at_end"].as_u64().unwrap());
+}

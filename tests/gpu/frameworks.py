@@ -1,0 +1,266 @@
+"""The framework checks: PyTorch in its four allocator modes, memory PyTorch cannot see
+(NVML gap, NCCL), JAX in two modes, CuPy with and without its pool. Each runs a script of
+tests/gpu in its own process (with the shim, and for PyTorch's training also without),
+reads the analyzer's JSON on the trace and hands both to compare.py.
+
+A framework that cannot be imported, or sees no GPU, makes its checks SKIP with the reason;
+in the simulated mode every framework check SKIPs (the frameworks need a real driver), saying
+whether the framework could have been imported.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import compare
+import extract
+import native
+from harness import fail, log, marker_line, problem, skip, tail
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = os.environ.get("GPUMEMPROF_GPU_SUITE_PYTHON") or sys.executable
+
+TORCH_MODES = (
+    ("default", {}),
+    ("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ("async", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
+    ("nocache", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+)
+# Every PyTorch run: the cuBLAS workspace setting deterministic matmuls need, and none of the
+# caller's allocator settings (None removes a variable: PyTorch reads
+# PYTORCH_NO_CUDA_MEMORY_CACHING as set whatever its value).
+TORCH_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTORCH_CUDA_ALLOC_CONF": None,
+             "PYTORCH_ALLOC_CONF": None, "PYTORCH_NO_CUDA_MEMORY_CACHING": None,
+             "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+             "GPU_SUITE_STEPS": os.environ.get("GPUMEMPROF_GPU_SUITE_STEPS", "300")}
+JAX_MODES = (
+    ("platform", {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform",
+                  "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
+    ("prealloc", {"XLA_PYTHON_CLIENT_ALLOCATOR": None, "XLA_PYTHON_CLIENT_PREALLOCATE": None,
+                  "XLA_PYTHON_CLIENT_MEM_FRACTION": None}),
+)
+PROBES = {
+    "torch": "import torch; print(torch.__version__, torch.cuda.is_available())",
+    "jax": "import jax; print(jax.__version__, any(d.platform == 'gpu' for d in jax.devices()))",
+    "cupy": "import cupy; print(cupy.__version__, cupy.cuda.runtime.getDeviceCount() > 0)",
+}
+
+
+_probed = {}
+
+
+def probe(tools, framework):
+    """(version, None) when the framework imports and sees a GPU, else (version or None,
+    why not). Asked once per framework and run."""
+    if framework not in _probed:
+        _probed[framework] = _probe(tools, framework)
+    return _probed[framework]
+
+
+def _probe(tools, framework):
+    proc = tools.run([PYTHON, "-c", PROBES[framework]], env={"PYTHONDONTWRITEBYTECODE": "1"},
+                     timeout=180)
+    words = proc.stdout.split()
+    if proc.returncode != 0 or len(words) != 2:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, "%s cannot import %s (%s)" % (PYTHON, framework, last)
+    if tools.sim_dir:
+        return words[0], "simulated mode: %s %s needs a real GPU" % (framework, words[0])
+    if words[1] != "True":
+        return words[0], "%s %s sees no GPU" % (framework, words[0])
+    return words[0], None
+
+
+def run_script(tools, script, tag, env, profiled=True, args=(), timeout=420,
+               needs_trace=True):
+    """Runs tests/gpu/<script>; (report dict, trace path or None, None) or (None, None, why).
+    The shim writes no trace for a process that allocated nothing: with `needs_trace` False
+    that is no failure, and the trace comes back as None."""
+    report_path = tools.path(tag + ".json")
+    if os.path.exists(report_path):
+        os.remove(report_path)
+    trace = tools.path(tag + ".trace") if profiled else None
+    full = dict(env, GPU_SUITE_REPORT=report_path)
+    proc = tools.run([PYTHON, os.path.join(HERE, script)] + list(args), env=full, trace=trace,
+                     timeout=timeout)
+    if proc.returncode != 0 or not os.path.exists(report_path):
+        return None, None, "%s %s exited %d: %s" % (script, tag, proc.returncode,
+                                                    tail(proc.stderr))
+    with open(report_path) as f:
+        report = json.load(f)
+    if profiled and not os.path.exists(trace):
+        if needs_trace:
+            return None, None, "%s %s wrote no trace" % (script, tag)
+        trace = None
+    return report, trace, None
+
+
+def split_reports(tools, trace):
+    """Leak groups and peak sites with every frame, and the summary."""
+    leaks = tools.report("leaks", trace, "--top", "0", "--frames", "0")
+    peak = tools.report("peak", trace, "--top", "0", "--frames", "0")
+    summary = tools.report("summary", trace)
+    return leaks, peak, summary
+
+
+def torch_measured(tools, trace, leak):
+    leaks, peak, summary = split_reports(tools, trace)
+    groups = leaks["groups"]
+    live_torch, live_other = extract.split_by_module(groups, compare.TORCH_LIBRARY)
+    peak_torch, _ = extract.split_by_module(extract.peak_sites(peak), compare.TORCH_LIBRARY)
+    measured = {"live_torch": live_torch, "live_other": live_other, "peak_torch": peak_torch}
+    if leak:
+        size = leak["bytes_each"]
+        measured["leak_count"], _ = extract.count_of_size(groups, size)
+        measured["leak_site"] = extract.python_site(
+            groups, "torch_train.py", lambda g: g["count"] and g["bytes"] == g["count"] * size)
+    nvml = [n for n in summary.get("nvml", []) if n["device"] == 0]
+    if nvml:
+        measured.update(last_used=nvml[0]["last_used_bytes"],
+                        untracked_last=nvml[0]["untracked_at_last_bytes"])
+    nccl, _ = extract.split_by_module(groups, "libnccl")
+    measured["live_nccl"] = nccl
+    return measured
+
+
+def oom_measured(tools, trace):
+    report = extract.last_failure(tools, trace)
+    if report is None:
+        return None
+    failure, live = report["failure"], report["live"]
+    return {"api": failure["api"], "size": failure["size"],
+            "mem_free": failure["mem_free_bytes"] or 0,
+            "live_bytes": live["bytes"], "live_count": live["count"]}
+
+
+def torch_checks(tools, suite, budget_pct):
+    version, why = probe(tools, "torch")
+    names = ["torch_%s_%s" % (m, c) for m, _ in TORCH_MODES
+             for c in ("train", "oom")] + ["torch_nvml", "torch_nccl_buffers"]
+    if why:
+        return [skip(n, why) for n in names]
+    leak_line = "torch_train.py:%d" % marker_line(os.path.join(HERE, "torch_train.py"),
+                                                 "GPUMEMPROF-TORCH-LEAK")
+    rows, overhead = [], []
+    for mode, mode_env in TORCH_MODES:
+        env = dict(TORCH_ENV, **mode_env)
+        log("PyTorch %s, mode %s: training without and with the shim" % (version, mode))
+        plain, _, why_plain = run_script(tools, "torch_train.py", "torch-%s-plain" % mode, env,
+                                         profiled=False)
+        prof, trace, why_prof = run_script(tools, "torch_train.py", "torch-%s" % mode, env)
+        if why_plain or why_prof:
+            rows.append(fail("torch_%s_train" % mode, why_plain or why_prof))
+        else:
+            try:
+                measured = torch_measured(tools, trace, prof["leak"])
+                checks, row = compare.torch_train("torch_", mode, plain, prof, measured,
+                                                  leak_line, budget_pct)
+                rows.extend(checks)
+                overhead.append(row)
+            except Exception as e:  # one mode's surprise must not stop the others
+                rows.append(fail("torch_%s_train" % mode, problem(e)))
+        log("PyTorch mode %s: forced out-of-memory" % mode)
+        report, trace, why_oom = run_script(tools, "torch_oom.py", "torch-%s-oom" % mode, env)
+        if why_oom:
+            rows.append(fail("torch_%s_oom" % mode, why_oom))
+        else:
+            try:
+                rows.extend(compare.torch_oom("torch_", mode, report,
+                                              oom_measured(tools, trace)))
+            except Exception as e:
+                rows.append(fail("torch_%s_oom" % mode, problem(e)))
+    suite.section("overhead", overhead)
+    # NVML sampled every 50 ms, so the last sample is of the steady state; NCCL's bootstrap
+    # on the loopback interface (the machine may have no other).
+    gap_env = dict(TORCH_ENV, GPUMEMPROF_NVML_MS="50",
+                   NCCL_SOCKET_IFNAME=os.environ.get("NCCL_SOCKET_IFNAME", "lo"))
+    for part, check in (("gap", compare.torch_gap), ("nccl", compare.torch_nccl)):
+        log("PyTorch: %s" % part)
+        # Without NCCL the nccl part allocates nothing, so it may leave no trace.
+        report, trace, why_part = run_script(tools, "torch_gap.py", "torch-" + part, gap_env,
+                                             args=[part], timeout=300,
+                                             needs_trace=part == "gap")
+        if why_part:
+            rows.append(fail("torch_" + part, why_part))
+            continue
+        try:
+            measured = torch_measured(tools, trace, None) if trace else {"live_nccl": 0}
+            rows.extend(check("torch_", report, measured))
+        except Exception as e:
+            rows.append(fail("torch_" + part, problem(e)))
+    return rows
+
+
+def jax_checks(tools):
+    version, why = probe(tools, "jax")
+    if why:
+        return [skip("jax_%s" % m, why) for m, _ in JAX_MODES]
+    rows = []
+    for mode, env in JAX_MODES:
+        log("JAX %s, mode %s" % (version, mode))
+        report, trace, why_run = run_script(tools, "jax_alloc.py", "jax-" + mode,
+                                            dict(env, PYTHONDONTWRITEBYTECODE="1"))
+        if why_run or report.get("error"):
+            rows.append(fail("jax_" + mode, why_run or report["error"]))
+            continue
+        try:
+            leaks = tools.report("leaks", trace, "--top", "0", "--frames", "0")
+            count, _ = extract.count_of_size(leaks["groups"], report["bytes_each"])
+            largest = max([g["bytes"] for g in leaks["groups"] if g["count"] == 1] or [0])
+            measured = {"leak_count": count, "largest_live": largest}
+            rows.extend(compare.jax_rows("jax_", mode, report, measured))
+        except Exception as e:
+            rows.append(fail("jax_" + mode, problem(e)))
+    return rows
+
+
+def cupy_checks(tools):
+    version, why = probe(tools, "cupy")
+    if why:
+        return [skip("cupy_%s" % m, why) for m in ("pool", "nopool")]
+    rows = []
+    for mode in ("pool", "nopool"):
+        log("CuPy %s, mode %s" % (version, mode))
+        report, trace, why_run = run_script(tools, "cupy_alloc.py", "cupy-" + mode,
+                                            {"GPU_SUITE_MODE": mode,
+                                             "PYTHONDONTWRITEBYTECODE": "1"})
+        if why_run:
+            rows.append(fail("cupy_" + mode, why_run))
+            continue
+        try:
+            leaks = tools.report("leaks", trace, "--top", "0", "--frames", "0")
+            summary = tools.report("summary", trace)
+            count, _ = extract.count_of_size(leaks["groups"], report["bytes_each"])
+            measured = {"leak_count": count,
+                        "live": extract.device_row(summary)["live_bytes_at_end"]}
+            rows.extend(compare.cupy_rows("cupy_", mode, report, measured))
+        except Exception as e:
+            rows.append(fail("cupy_" + mode, problem(e)))
+    return rows
+
+
+def versions(tools):
+    """Framework versions for validation.json (None where it does not import)."""
+    found = {}
+    for framework in PROBES:
+        version, _ = probe(tools, framework) if not tools.sim_dir else (None, None)
+        found[framework] = version
+    return found
+
+
+def environment():
+    """Device, driver and CUDA versions as nvidia-smi and nvcc report them."""
+    env = {"python": sys.version.split()[0]}
+    for key, argv in (
+        ("gpu", ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                 "--format=csv,noheader"]),
+        ("nvcc", [native.find_nvcc() or "nvcc", "--version"]),
+    ):
+        try:
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 universal_newlines=True, timeout=60).stdout.strip()
+            env[key] = out.splitlines()[-1] if key == "nvcc" and out else out
+        except OSError as e:
+            env[key] = "not available (%s)" % e
+    return env
