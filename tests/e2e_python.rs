@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpumemprof_tests::profiled::report;
 use gpumemprof_tests::{
     analyzer_path, repo_root, shared_library, shim_path, sim_dir, source_line_of,
 };
@@ -145,18 +146,7 @@ fn leaks_of_py_frames(python: &Path, tag: &str) -> Value {
     assert_eq!(out.status.code(), Some(0), "{tag}: {stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     assert!(!stderr.contains("warning"), "{tag}: {stderr}");
-    let leaks = Command::new(analyzer_path())
-        .args(["leaks", "--json", "--frames", "0"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert_eq!(
-        leaks.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&leaks.stderr)
-    );
-    serde_json::from_slice(&leaks.stdout).unwrap()
+    report("leaks", &trace, &["--frames", "0"])
 }
 
 /// The Python frames of a group in `file` (a suffix), as `function:line`.
@@ -267,12 +257,7 @@ fn native_stacks_mode_records_no_python_frames() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let info = Command::new(analyzer_path())
-        .args(["info", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+    let info = report("info", &trace, &[]);
     assert_eq!(info["records"]["python_codes"], 0);
     assert_eq!(info["records"]["allocations"], 4);
 }
@@ -307,35 +292,11 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
         stderr.contains(&format!("gpumemprof: writing {}", trace.display())),
         "{stderr}"
     );
-    let report = |cmd: &str| -> Value {
-        let out = Command::new(analyzer_path())
-            .args([cmd, "--json"])
-            .arg(&trace)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    // The innermost frame of `file` in a stack, as `function:line`.
-    let innermost_in = |frames: &Value, file: &str| -> Vec<String> {
-        frames
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["python"] == true && f["file"].as_str().unwrap().ends_with(file))
-            .map(|f| format!("{}:{}", f["function"].as_str().unwrap(), f["line"]))
-            .collect()
-    };
     let line = |marker: &str| source_line_of(EXAMPLE, marker);
-    let leaks = report("leaks");
+    let leaks = report("leaks", &trace, &[]);
     assert_eq!(leaks["total_bytes"], 8 * MIB);
     assert_eq!(leaks["groups"].as_array().unwrap().len(), 1);
-    let leak = innermost_in(&leaks["groups"][0]["frames"], EXAMPLE);
+    let leak = python_frames_in(&leaks["groups"][0], EXAMPLE);
     assert_eq!(
         leak[..3],
         [
@@ -345,7 +306,7 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
         ],
         "{leak:?}"
     );
-    let peak = report("peak");
+    let peak = report("peak", &trace, &[]);
     let row = &peak["peaks"][0];
     assert_eq!(row["peak_bytes"], 32 * MIB);
     let mut sites: Vec<(u64, String)> = row["sites"]
@@ -354,22 +315,12 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
         .iter()
         .map(|s| {
             // The caller of device_alloc names the site.
-            let frames = innermost_in(&s["frames"], EXAMPLE);
+            let frames = python_frames_in(s, EXAMPLE);
             (s["bytes"].as_u64().unwrap(), frames[1].clone())
         })
         .collect();
     sites.sort();
-    let forward = format!(
-        "{}:{}",
-        // A comprehension is its own function before 3.12 (qualified names from 3.11),
-        // inlined into its caller from 3.12 on (PEP 709).
-        match python3_minor() {
-            ..=10 => "<listcomp>",
-            11 => "Model.forward.<locals>.<listcomp>",
-            _ => "Model.forward",
-        },
-        line("# activations")
-    );
+    let forward = format!("{}:{}", forward_function(), line("# activations"));
     assert_eq!(
         sites,
         vec![
@@ -383,10 +334,73 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
     );
 }
 
+/// The function examples/train.py's activations are allocated in, as python3 names it: a
+/// comprehension is its own function before 3.12 (qualified names from 3.11), inlined into
+/// its caller from 3.12 on (PEP 709).
+fn forward_function() -> &'static str {
+    match python3_minor() {
+        ..=10 => "<listcomp>",
+        11 => "Model.forward.<locals>.<listcomp>",
+        _ => "Model.forward",
+    }
+}
+
 fn python3_minor() -> u32 {
     let out = Command::new("python3")
         .args(["-c", "import sys; print(sys.version_info[1])"])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// The flight recorder (`GPUMEMPROF_MODE=oom`) keeps the Python code definitions with its
+/// stacks and writes them at the out-of-memory. examples/train.py on a 30 MiB device: step 7's
+/// 1 MiB logging buffer fails with 30 MiB live (16 MiB of weights, 6 MiB leaked by steps
+/// 1 to 6, 8 MiB of step 7's activations), and the script exits 1 with them still live.
+#[test]
+fn the_flight_recorder_dump_names_the_python_lines() {
+    const EXAMPLE: &str = "examples/train.py";
+    let dir = scratch("flight_recorder");
+    let trace = dir.join("oom.trace");
+    let out = Command::new("python3")
+        .arg(repo_root().join(EXAMPLE))
+        .env("LD_PRELOAD", shim_path())
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_MODE", "oom")
+        .env("SIMCUDA_CAPACITY", (30 * MIB).to_string())
+        .env("STEPS", "8")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("train.py: cudaMalloc(1048576) failed with error 2"),
+        "{stderr}"
+    );
+    let leaks = report("leaks", &trace, &[]);
+    assert_eq!(leaks["total_bytes"], 30 * MIB);
+    let line = |marker: &str| source_line_of(EXAMPLE, marker);
+    let mut sites: Vec<(u64, String)> = leaks["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let frames = python_frames_in(g, EXAMPLE);
+            (g["bytes"].as_u64().unwrap(), frames[1].clone())
+        })
+        .collect();
+    sites.sort();
+    let forward = forward_function();
+    assert_eq!(
+        sites,
+        vec![
+            (
+                6 * MIB,
+                format!("Model.keep_for_logging:{}", line("# the leak: never freed"))
+            ),
+            (8 * MIB, format!("{forward}:{}", line("# activations"))),
+            (16 * MIB, format!("Model.__init__:{}", line("# weights"))),
+        ]
+    );
 }

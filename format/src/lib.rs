@@ -1,6 +1,7 @@
 //! gpumemprof-format: the on-disk trace format shared by the shim (which writes it) and
-//! the analyzer (which reads it). Record types, the block encoder/writer, and the
-//! streaming reader. No hooks and no CLI live here.
+//! the analyzer (which reads it). Record types, the block encoder/writer, the streaming
+//! reader, and the trace path template (`template`: the shim names traces with it, the
+//! launcher predicts the names). No hooks and no CLI live here.
 //!
 //! ```text
 //!  file   := preamble block*
@@ -42,6 +43,7 @@
 
 mod reader;
 pub mod record;
+pub mod template;
 mod varint;
 mod writer;
 

@@ -148,7 +148,7 @@ fn start() -> Option<&'static Pipeline> {
     // Before the header (which records the choice) and before any event is stamped.
     clock::init(cfg.clock);
     let start_ns = clock::now_ns();
-    let ph = output::Placeholders::current(env);
+    let ph = output::placeholders(env);
     let wanted = output::expand(&cfg.output, &ph);
     let apis = crate::hooks::apis_json();
     let (core, modules, path) = if cfg.mode == Mode::Oom {

@@ -22,6 +22,8 @@ use std::process::{Command, ExitCode};
 
 use clap::Args as ClapArgs;
 
+use gpumemprof_format::template;
+
 use crate::error::Error;
 use crate::term;
 
@@ -171,67 +173,15 @@ pub fn varies(template: &str) -> bool {
     false
 }
 
-/// The shim's expansion (shim/src/output.rs `expand`) for a process `pid` started now:
+/// The shim's expansion (`gpumemprof_format::template`) for a process `pid` started now:
 /// `%t` is the launcher's clock, the shim's is its first allocation's, so a `%t` path
 /// printed at start may differ by the seconds between (the list at the end is exact).
 pub fn expand(template: &str, pid: u32) -> String {
-    let rank = ["RANK", "LOCAL_RANK", "SLURM_PROCID"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
-        .unwrap_or_else(|| "0".to_string());
-    let mut out = String::with_capacity(template.len() + 16);
-    let mut chars = template.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('h') => out.push_str(&hostname()),
-            Some('r') => out.push_str(&rank),
-            Some('t') => out.push_str(&utc_stamp()),
-            Some('%') => out.push('%'),
-            Some(o) => {
-                out.push('%');
-                out.push(o);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buffer and length match; gethostname NUL-terminates when it fits.
-    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len() - 1) } != 0 {
-        return "unknown".to_string();
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-/// Now, `YYYYmmdd-HHMMSS` in UTC (the shim's `%t`).
-fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as libc::time_t;
-    // SAFETY: a zeroed tm is a valid out-buffer for gmtime_r; both pointers are valid.
-    let tm = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::gmtime_r(&secs, &mut tm);
-        tm
-    };
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
+        .map_or(0, |d| d.as_secs());
+    let ph = template::Placeholders::new(pid, now, |k| std::env::var(k).ok());
+    template::expand(template, &ph)
 }
 
 /// The traces' folder must exist (the shim creates files, not folders): said before the
@@ -517,8 +467,8 @@ mod tests {
     #[test]
     fn expansion_follows_the_shim() {
         assert_eq!(expand("a.%p.%%.%x.trace%", 42), "a.42.%.%x.trace%");
-        assert_eq!(expand("%h", 1), hostname());
-        assert_eq!(utc_stamp().len(), "20260102-030405".len());
+        assert_eq!(expand("%h", 1), template::hostname());
+        assert_eq!(expand("%t", 1).len(), "20260102-030405".len());
     }
 
     #[test]
