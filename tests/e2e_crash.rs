@@ -12,16 +12,14 @@
 
 use gpumemprof_format::{Alloc, AllocFailed, Free, MemKind, Record};
 use gpumemprof_tests::profiled::*;
+use gpumemprof_tests::running::{run_within, send_signal, Running};
 use gpumemprof_tests::{program_command, shim_path, sim_dir, source_line_of};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 /// Longest one run may take: every program here ends in well under a second or two.
@@ -38,153 +36,7 @@ const SIGSEGV: i32 = 11;
 const SIGTERM: i32 = 15;
 
 // ---------------------------------------------------------------------------------------------
-// Running programs with a time limit
-
-/// A program started in a process group of its own, its stdout read line by line as it comes.
-/// Dropping it kills the group if the program was not waited for, so a failing test leaves
-/// nothing running.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stdout: String,
-    stderr: Option<JoinHandle<Vec<u8>>>,
-    reaped: bool,
-}
-
-struct Ended {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        cmd.process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
-        let (tx, lines) = mpsc::channel();
-        let out = child.stdout.take().expect("piped stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().expect("piped stderr");
-        let stderr = Some(std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = err.read_to_end(&mut bytes);
-            bytes
-        }));
-        Running {
-            child,
-            lines,
-            stdout: String::new(),
-            stderr,
-            reaped: false,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Reads stdout until a line equal to `want`; panics if the program ends or `limit` passes
-    /// first.
-    fn wait_for_line(&mut self, want: &str, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.stdout.push_str(&line);
-                    self.stdout.push('\n');
-                    if line == want {
-                        return;
-                    }
-                }
-                Err(e) => panic!(
-                    "waiting for the line {want:?} ({e:?}); stdout so far:\n{}",
-                    self.stdout
-                ),
-            }
-        }
-    }
-
-    /// SIGKILL to the program itself (not its group).
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL the program");
-    }
-
-    /// Waits for the end (killing the group and panicking after `limit`: a hang), then
-    /// collects all of stdout and stderr.
-    fn finish(&mut self, limit: Duration) -> Ended {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the program") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                kill_group(self.pid());
-                let _ = self.child.wait();
-                self.reaped = true;
-                panic!(
-                    "still running after {limit:?} (a hang): killed; stdout so far:\n{}",
-                    self.stdout
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        self.reaped = true;
-        // The pipes close when the program and every child that inherited them are gone.
-        while let Ok(line) = self.lines.recv_timeout(limit) {
-            self.stdout.push_str(&line);
-            self.stdout.push('\n');
-        }
-        let stderr = self
-            .stderr
-            .take()
-            .map(|h| h.join().expect("stderr reader"))
-            .unwrap_or_default();
-        Ended {
-            status,
-            stdout: std::mem::take(&mut self.stdout),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if !self.reaped {
-            kill_group(self.pid());
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// SIGKILL to every process of the group `pgid` (a program started by [`Running::start`] and
-/// all it forked).
-fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// `kill -<name> <pid>`, as a scheduler or a user at a terminal sends it.
-fn send_signal(pid: u32, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{name} {pid} failed");
-}
+// Running programs (with a time limit: `Running` and `run_within`, from the support library)
 
 fn plain(name: &str, args: &[&str]) -> Command {
     let mut cmd = program_command(name);
@@ -201,11 +53,6 @@ fn under_shim(name: &str, args: &[&str], trace: &Path, env: &[(&str, &str)]) -> 
         cmd.env(k, v);
     }
     cmd
-}
-
-/// Runs `cmd` to its end within `limit`.
-fn run_within(cmd: Command, limit: Duration) -> Ended {
-    Running::start(cmd).finish(limit)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -17,16 +17,13 @@
 mod schema;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use gpumemprof_format::Record;
 use gpumemprof_tests::profiled::{analyzer, decode, report, scratch, trace_files};
+use gpumemprof_tests::running::{send_signal, Ended, Running};
 use gpumemprof_tests::{repo_root, shared_library, shim_path, sim_dir, SIM_ENV};
 use serde_json::{json, Value};
 
@@ -95,131 +92,12 @@ fn text(path: &Path) -> &str {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Running with a time limit
+// Running with a time limit (`Running`, from the support library)
 
-/// The launcher in a process group of its own (the program joins it), stdout read line by line
-/// as it comes. Dropping it kills the group if it was not waited for.
-struct Running {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    stdout: String,
-    stderr: Option<JoinHandle<Vec<u8>>>,
-    reaped: bool,
-}
-
-struct Ended {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        cmd.process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
-        let (tx, lines) = mpsc::channel();
-        let out = child.stdout.take().expect("piped stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().expect("piped stderr");
-        let stderr = Some(std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = err.read_to_end(&mut bytes);
-            bytes
-        }));
-        Running {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            stdout: String::new(),
-            stderr,
-            reaped: false,
-        }
-    }
-
-    /// Reads stdout until a line equal to `want`; panics if the program ends or `LIMIT`
-    /// passes first.
-    fn wait_for_line(&mut self, want: &str) {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.stdout.push_str(&line);
-                    self.stdout.push('\n');
-                    if line == want {
-                        return;
-                    }
-                }
-                Err(e) => panic!(
-                    "waiting for {want:?} ({e:?}); stdout so far:\n{}",
-                    self.stdout
-                ),
-            }
-        }
-    }
-
-    /// Closes stdin, waits for the end (a hang is killed and fails), collects the output.
-    fn finish(&mut self) -> Ended {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + LIMIT;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the launcher") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                kill_group(self.child.id());
-                let _ = self.child.wait();
-                self.reaped = true;
-                panic!(
-                    "still running after {LIMIT:?}: killed; stdout:\n{}",
-                    self.stdout
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        self.reaped = true;
-        while let Ok(line) = self.lines.recv_timeout(LIMIT) {
-            self.stdout.push_str(&line);
-            self.stdout.push('\n');
-        }
-        let stderr = self.stderr.take().map(|h| h.join().expect("stderr reader"));
-        Ended {
-            code: status.code(),
-            stdout: std::mem::take(&mut self.stdout),
-            stderr: String::from_utf8_lossy(&stderr.unwrap_or_default()).into_owned(),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if !self.reaped {
-            kill_group(self.child.id());
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
+/// Runs the launcher to its end within `LIMIT`, its stdin a pipe held open until then (the
+/// program's `wait` mode blocks reading it).
 fn run(cmd: Command) -> Ended {
-    Running::start(cmd).finish()
+    Running::start_holding_stdin(cmd).finish(LIMIT)
 }
 
 /// The 4 MiB `cudaMalloc`s a trace recorded.
@@ -247,7 +125,7 @@ fn the_programs_exit_status_is_the_launchers() {
     let dir = scratch("launcher_exit");
     let trace = dir.join("t.trace");
     let e = run(launcher(&["-o", text(&trace)], &["exit", "7"]));
-    assert_eq!(e.code, Some(7), "{}", e.stderr);
+    assert_eq!(e.code(), Some(7), "{}", e.stderr);
     assert_eq!(e.stdout, "allocated\n");
     let mut want = vec![format!("gpumemprof: writing {}", text(&trace))];
     want.extend(one_trace(text(&trace)));
@@ -258,7 +136,7 @@ fn the_programs_exit_status_is_the_launchers() {
     // is still listed.
     let trace = dir.join("k.trace");
     let e = run(launcher(&["-o", text(&trace)], &["sigkill"]));
-    assert_eq!(e.code, Some(137), "{}", e.stderr);
+    assert_eq!(e.code(), Some(137), "{}", e.stderr);
     assert_eq!(e.stdout, "allocated\n");
     let mut want = vec![
         format!("gpumemprof: writing {}", text(&trace)),
@@ -275,7 +153,7 @@ fn a_command_that_cannot_be_found_exits_127() {
     cmd.args(["run", "--", "/no/such/program", "x"]);
     clean(&mut cmd);
     let e = run(cmd);
-    assert_eq!(e.code, Some(127));
+    assert_eq!(e.code(), Some(127));
     assert_eq!(
         e.stderr,
         "gpumemprof: error: cannot run /no/such/program: No such file or directory (os error 2)\n"
@@ -287,7 +165,7 @@ fn the_output_template_is_honoured_and_the_printed_path_is_the_shims() {
     let dir = scratch("launcher_template");
     let template = dir.join("run.%h.%p.trace");
     let e = run(launcher(&["-o", text(&template)], &["exit", "0"]));
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     let traces = trace_files(&dir);
     assert_eq!(traces.len(), 1, "{traces:?}");
     let (header, _) = decode(&traces[0]);
@@ -309,21 +187,16 @@ fn the_output_template_is_honoured_and_the_printed_path_is_the_shims() {
 fn sigint_sent_to_the_launcher_alone_reaches_the_program() {
     let dir = scratch("launcher_sigint");
     let trace = dir.join("t.trace");
-    let mut r = Running::start(launcher(&["-o", text(&trace)], &["wait"]));
+    let mut r = Running::start_holding_stdin(launcher(&["-o", text(&trace)], &["wait"]));
     // The program allocated and now blocks reading stdin, which stays open.
-    r.wait_for_line("ready");
-    let launcher_pid = r.child.id();
-    let status = Command::new("kill")
-        .args(["-INT", &launcher_pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+    r.wait_for_line("ready", LIMIT);
+    send_signal(r.pid(), "INT");
     // Only the launcher was signalled: the program sees SIGINT only if it was passed on.
-    r.wait_for_line("saw SIGINT");
-    let e = r.finish();
+    r.wait_for_line("saw SIGINT", LIMIT);
+    let e = r.finish(LIMIT);
     assert_eq!(e.stdout, "ready\nsaw SIGINT\n");
     // Python dies of the SIGINT it did not handle: 128 + 2.
-    assert_eq!(e.code, Some(130), "{}", e.stderr);
+    assert_eq!(e.code(), Some(130), "{}", e.stderr);
     assert!(
         e.stderr
             .contains("gpumemprof: python3 was ended by signal 2\n"),
@@ -344,7 +217,7 @@ fn an_existing_trace_is_replaced_only_with_f() {
     let trace = dir.join("t.trace");
     std::fs::write(&trace, "keep").expect("write the old file");
     let e = run(launcher(&["-o", text(&trace)], &["exit", "0"]));
-    assert_eq!(e.code, Some(1));
+    assert_eq!(e.code(), Some(1));
     assert_eq!(
         e.stderr,
         format!(
@@ -357,7 +230,7 @@ fn an_existing_trace_is_replaced_only_with_f() {
     assert_eq!(std::fs::read_to_string(&trace).expect("read"), "keep");
 
     let e = run(launcher(&["-f", "-o", text(&trace)], &["exit", "0"]));
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     assert_eq!(allocations_of_4mib(&trace), 1);
     assert_eq!(trace_files(&dir), [trace]);
 
@@ -367,7 +240,7 @@ fn an_existing_trace_is_replaced_only_with_f() {
         &["-o", text(&missing.join("job.%p.trace"))],
         &["exit", "0"],
     ));
-    assert_eq!(e.code, Some(1));
+    assert_eq!(e.code(), Some(1));
     assert_eq!(
         e.stderr,
         format!(
@@ -389,7 +262,7 @@ fn without_a_shim_beside_it_the_launcher_says_where_it_looked() {
     cmd.args(["run", "--", "true"]);
     clean(&mut cmd);
     let e = run(cmd);
-    assert_eq!(e.code, Some(1));
+    assert_eq!(e.code(), Some(1));
     assert_eq!(e.stderr.lines().count(), 1, "{}", e.stderr);
     assert!(
         e.stderr.starts_with(&format!(
@@ -409,7 +282,7 @@ fn without_a_shim_beside_it_the_launcher_says_where_it_looked() {
 /// by `cmd`; and the launcher's stderr.
 fn environment(cmd: Command) -> (BTreeMap<String, String>, String, String) {
     let e = run(cmd);
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     let mut lines = e.stdout.lines();
     let env: BTreeMap<String, String> = serde_json::from_str(lines.next().unwrap_or_default())
         .expect("the program printed its environment");
@@ -560,7 +433,7 @@ fn the_header_and_summary_say_which_level_the_trace_sees() {
     let mut cmd = launcher(&["--torch=tensors", "-o", text(&trace)], &["exit", "0"]);
     cmd.env("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
     let e = run(cmd);
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     let (header, _) = decode(&trace);
     let conf = "expandable_segments:True,backend:cudaMallocAsync";
     assert_eq!(
@@ -612,7 +485,7 @@ fn the_level_is_shown_without_the_launcher_too() {
         if let Some((k, v)) = env {
             cmd.env(k, v);
         }
-        assert_eq!(run(cmd).code, Some(0));
+        assert_eq!(run(cmd).code(), Some(0));
         let summary = report("summary", &trace, &[]);
         schema::assert_valid("summary", &summary);
         assert_eq!(summary["framework"]["modes"], json!([]));
@@ -654,7 +527,7 @@ fn a_worker_process_writes_its_own_trace_and_both_are_listed() {
         &["-o", text(&dir.join("job.%p.trace"))],
         &["spawn"],
     ));
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     let traces = trace_files(&dir);
     assert_eq!(traces.len(), 2, "{traces:?}");
     let headers: Vec<Value> = traces.iter().map(|t| decode(t).0).collect();
@@ -678,7 +551,7 @@ fn a_worker_process_writes_its_own_trace_and_both_are_listed() {
             "gpumemprof: 2 traces written:".to_string(),
             format!("gpumemprof:   {p}"),
             format!("gpumemprof:   {w}"),
-            format!("gpumemprof: next: gpumemprof summary {p}"),
+            format!("gpumemprof: next: gpumemprof summary {p} {w}"),
         ]
     );
 }
@@ -694,7 +567,7 @@ fn ctrl_c_at_a_terminal_reaches_the_program_once() {
         .arg(&trace);
     clean(&mut cmd);
     let e = run(cmd);
-    assert_eq!(e.code, Some(0), "{}{}", e.stdout, e.stderr);
+    assert_eq!(e.code(), Some(0), "{}{}", e.stdout, e.stderr);
     let lines: Vec<&str> = e.stdout.lines().collect();
     // The terminal's SIGINT reached the program once (not a second time from the launcher);
     // the SIGTERM sent to the launcher alone was passed on; the program exited 0 and so did
@@ -717,7 +590,7 @@ fn a_run_without_a_trace_says_so() {
     let trace = dir.join("t.trace");
     // No GPU allocation at all.
     let e = run(launcher(&["-o", text(&trace)], &["env"]));
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     assert_eq!(
         e.stderr.lines().collect::<Vec<_>>(),
         [
@@ -729,7 +602,7 @@ fn a_run_without_a_trace_says_so() {
     let mut cmd = launcher(&["-o", text(&trace)], &["exit", "0"]);
     cmd.env("GPUMEMPROF_MODE", "oom");
     let e = run(cmd);
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     assert_eq!(
         e.stderr.lines().last(),
         Some("gpumemprof: no trace written: no process of the command ran out of GPU memory (GPUMEMPROF_MODE=oom writes a trace only then)")
@@ -746,7 +619,7 @@ fn a_users_trace_list_is_kept_and_only_this_runs_lines_are_read() {
     let mut cmd = launcher(&["-o", text(&trace)], &["exit", "0"]);
     cmd.env("GPUMEMPROF_TRACE_LIST", &list);
     let e = run(cmd);
-    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    assert_eq!(e.code(), Some(0), "{}", e.stderr);
     assert!(
         e.stderr
             .ends_with(&format!("{}\n", one_trace(text(&trace)).join("\n"))),

@@ -308,6 +308,10 @@ fn the_trace_records_each_nvtx_call_with_its_name_in_program_order() {
         .collect();
     assert_eq!(alloc_tids.len(), 2, "the main thread and the loader thread");
     assert!(alloc_tids.is_superset(&tids));
+    // `info` counts them: the 17 calls above and the names they defined.
+    let info = gpumemprof_tests::profiled::report("info", &run.trace, &[]);
+    assert_eq!(info["records"]["nvtx_events"], 17);
+    assert_eq!(info["records"]["nvtx_names"], names.len());
 }
 
 fn key_values(out: &Output) -> Vec<String> {

@@ -7,6 +7,7 @@
 //! sources that tests refer to by marker comment rather than by line number.
 
 pub mod profiled;
+pub mod running;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

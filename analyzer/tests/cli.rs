@@ -6,16 +6,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, Record, Stats, TraceWriter, FORMAT_VERSION, MAGIC,
+    Alloc, AllocFailed, Free, MemKind, Module, Record, Stats, FORMAT_VERSION, MAGIC,
 };
 use serde_json::{json, Value};
 
 const DEV: MemKind = MemKind::Device;
 const MIB: u64 = 1 << 20;
 
+#[path = "checks/synth.rs"]
+mod synth;
 #[path = "checks/tempdir.rs"]
 mod tempdir;
 
+use synth::{free, stack};
 use tempdir::TempDir;
 
 fn tmp_dir(name: &str) -> TempDir {
@@ -43,56 +46,26 @@ fn header() -> Value {
 
 /// The bytes of a trace with one block per inner vector, and where each block ends.
 fn trace_bytes(blocks: &[Vec<Record>]) -> (Vec<u8>, Vec<usize>) {
-    let mut w = TraceWriter::new(Vec::new(), &header(), 1).expect("writer");
-    let mut ends = Vec::new();
-    for block in blocks {
-        for r in block {
-            w.encoder().record(r);
-        }
-        w.flush_block().expect("flush");
-        ends.push(w.get_ref().len());
-    }
-    (w.into_inner(), ends)
+    synth::trace_bytes(&header(), blocks)
 }
 
 fn write_trace(dir: &Path, blocks: &[Vec<Record>]) -> PathBuf {
-    let path = dir.join("run.gmt");
-    std::fs::write(&path, trace_bytes(blocks).0).expect("write trace");
-    path
+    synth::write_blocks(dir.join("run.gmt"), &header(), blocks).0
 }
 
 fn alloc(t: u64, device: i32, kind: MemKind, address: u64, size: u64, stack: u64) -> Record {
     Record::Alloc(Alloc {
-        time_ns: t,
-        tid: 7,
-        api: 0,
         kind,
         device,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
+        ..synth::alloc_of(t, address, size, stack)
     })
 }
 
 fn free_with(t: u64, address: u64, result: u32) -> Record {
     Record::Free(Free {
-        time_ns: t,
-        tid: 7,
-        api: 1,
-        address,
-        stream: 0,
-        stack: 0,
         result,
-        flags: 0,
-        kind: MemKind::Device,
-        size: 0,
+        ..synth::free_of(t, address)
     })
-}
-
-fn free(t: u64, address: u64) -> Record {
-    free_with(t, address, 0)
 }
 
 fn end(t: u64, events: u64) -> Record {
@@ -102,13 +75,6 @@ fn end(t: u64, events: u64) -> Record {
         queue_waits: 2,
         dropped: 0,
     })
-}
-
-fn stack(id: u64) -> Record {
-    Record::Stack {
-        id,
-        frames: vec![0x1000 + id, 0x2000 + id],
-    }
 }
 
 fn gpumemprof(args: &[&str]) -> Output {

@@ -3,6 +3,8 @@
 //! exit codes). Each test writes a synthetic trace of a named situation with the format
 //! crate's `TraceWriter`, runs the real binary, and checks exact numbers.
 
+#[path = "checks/binary.rs"]
+mod binary;
 #[path = "checks/schema.rs"]
 mod schema;
 
@@ -11,18 +13,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Record, Sample, Stats, TraceWriter, FORMAT_VERSION,
-};
+use gpumemprof_format::{Alloc, AllocFailed, MemKind, Record, FORMAT_VERSION};
 use serde_json::{json, Value};
 
-const DEV: MemKind = MemKind::Device;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
+#[path = "checks/synth.rs"]
+mod synth;
 #[path = "checks/tempdir.rs"]
 mod tempdir;
 
+use binary::{gpumemprof, gpumemprof_env, stderr_lines};
+use synth::{alloc, end, free, stack};
 use tempdir::TempDir;
 
 fn header() -> Value {
@@ -50,99 +53,30 @@ fn header() -> Value {
 
 /// The bytes of a trace with one block per inner vector, and where each block ends.
 fn trace_bytes(blocks: &[Vec<Record>]) -> (Vec<u8>, Vec<usize>) {
-    let mut w = TraceWriter::new(Vec::new(), &header(), 1).expect("writer");
-    let mut ends = Vec::new();
-    for block in blocks {
-        for r in block {
-            w.encoder().record(r);
-        }
-        w.flush_block().expect("flush");
-        ends.push(w.get_ref().len());
-    }
-    (w.into_inner(), ends)
+    synth::trace_bytes(&header(), blocks)
 }
 
 fn write_trace(dir: &Path, name: &str, blocks: &[Vec<Record>]) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, trace_bytes(blocks).0).expect("write trace");
-    path
+    synth::write_blocks(dir.join(name), &header(), blocks).0
 }
 
 fn alloc_k(t: u64, kind: MemKind, address: u64, size: u64, stack: u64) -> Record {
     Record::Alloc(Alloc {
-        time_ns: t,
-        tid: 7,
-        api: 0,
         kind,
-        device: 0,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
-    })
-}
-
-fn alloc(t: u64, address: u64, size: u64, stack: u64) -> Record {
-    alloc_k(t, DEV, address, size, stack)
-}
-
-fn free(t: u64, address: u64) -> Record {
-    Record::Free(Free {
-        time_ns: t,
-        tid: 7,
-        api: 1,
-        address,
-        stream: 0,
-        stack: 0,
-        result: 0,
-        flags: 0,
-        kind: DEV,
-        size: 0,
+        ..synth::alloc_of(t, address, size, stack)
     })
 }
 
 fn failed(t: u64, size: u64, mem_free: u64, mem_total: u64, stack: u64) -> Record {
     Record::AllocFailed(AllocFailed {
-        time_ns: t,
-        tid: 7,
-        api: 0,
-        kind: DEV,
-        device: 0,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
-        result: 2,
         mem_free,
         mem_total,
+        ..synth::failed_of(t, size, stack)
     })
 }
 
 fn sample(t: u64, used: u64, total: u64) -> Record {
-    Record::Sample(Sample {
-        time_ns: t,
-        device: 0,
-        process_used: used,
-        device_used: used,
-        device_total: total,
-    })
-}
-
-fn end(t: u64) -> Record {
-    Record::End(Stats {
-        time_ns: t,
-        events: 0,
-        queue_waits: 0,
-        dropped: 0,
-    })
-}
-
-fn stack(id: u64) -> Record {
-    Record::Stack {
-        id,
-        frames: vec![0x1000 + id, 0x2000 + id],
-    }
+    synth::sample(t, 0, used, used, total)
 }
 
 /// A training loop: 64 MiB of weights (stack 1), then per step an 8 MiB activation
@@ -171,29 +105,6 @@ fn training(steps: u64, leak: bool) -> Vec<Record> {
     r.push(free(t, 0x100_0000));
     r.push(end(t + 1_000));
     r
-}
-
-fn gpumemprof(args: &[&str]) -> Output {
-    gpumemprof_env(args, &[])
-}
-
-fn gpumemprof_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumemprof"));
-    cmd.args(args);
-    for var in ["NO_COLOR", "CLICOLOR_FORCE", "CLICOLOR"] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run gpumemprof")
-}
-
-fn stderr_lines(out: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 fn code(out: &Output) -> Option<i32> {
@@ -601,7 +512,7 @@ fn info_of_a_trace_shows_its_header_and_api_counts() {
         v["records"],
         json!({"allocations": 8, "frees": 5, "failed_allocations": 1, "stacks": 4,
                "modules": 0, "stats": 0, "samples": 1, "end": 1, "unknown": 0,
-               "python_codes": 0})
+               "python_codes": 0, "nvtx_events": 0, "nvtx_names": 0})
     );
     assert_eq!(
         v["apis"],

@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Record, Sample, Stats, TraceWriter, FORMAT_VERSION,
-};
+use gpumemprof_format::{Alloc, AllocFailed, MemKind, Record, FORMAT_VERSION};
 use serde_json::{json, Value};
 
 // Only `assert_valid` is used here.
@@ -20,9 +18,12 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const S: u64 = 1_000_000_000;
 
+#[path = "checks/synth.rs"]
+mod synth;
 #[path = "checks/tempdir.rs"]
 mod tempdir;
 
+use synth::{end, free, stack};
 use tempdir::TempDir;
 
 fn header() -> Value {
@@ -43,18 +44,7 @@ fn header() -> Value {
 
 /// Writes one block per inner vector to `dir/run.gmt`; returns its path and block ends.
 fn write_blocks(dir: &TempDir, blocks: &[Vec<Record>]) -> (PathBuf, Vec<usize>) {
-    let mut w = TraceWriter::new(Vec::new(), &header(), 1).expect("writer");
-    let mut ends = Vec::new();
-    for block in blocks {
-        for r in block {
-            w.encoder().record(r);
-        }
-        w.flush_block().expect("flush");
-        ends.push(w.get_ref().len());
-    }
-    let path = dir.0.join("run.gmt");
-    std::fs::write(&path, w.into_inner()).expect("write trace");
-    (path, ends)
+    synth::write_blocks(dir.join("run.gmt"), &header(), blocks)
 }
 
 fn write_trace(dir: &TempDir, records: Vec<Record>) -> PathBuf {
@@ -63,7 +53,7 @@ fn write_trace(dir: &TempDir, records: Vec<Record>) -> PathBuf {
 
 /// A successful allocation on thread 7 by default.
 fn alloc(t: u64, device: i32, kind: MemKind, address: u64, size: u64, stack: u64) -> Record {
-    alloc_on(t, 7, device, kind, address, size, stack)
+    alloc_on(t, synth::TID, device, kind, address, size, stack)
 }
 
 fn alloc_on(
@@ -76,31 +66,11 @@ fn alloc_on(
     stack: u64,
 ) -> Record {
     Record::Alloc(Alloc {
-        time_ns: t,
         tid,
         api: if kind == MemKind::PinnedHost { 2 } else { 0 },
         kind,
         device,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
-    })
-}
-
-fn free(t: u64, address: u64) -> Record {
-    Record::Free(Free {
-        time_ns: t,
-        tid: 7,
-        api: 1,
-        address,
-        stream: 0,
-        stack: 0,
-        result: 0,
-        flags: 0,
-        kind: DEV,
-        size: 0,
+        ..synth::alloc_of(t, address, size, stack)
     })
 }
 
@@ -122,45 +92,18 @@ fn failed(
     result: u32,
 ) -> Record {
     Record::AllocFailed(AllocFailed {
-        time_ns: t,
         tid,
         api: if kind == MemKind::PinnedHost { 2 } else { 0 },
         kind,
-        device: 0,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
         result,
         mem_free: free,
         mem_total: total,
+        ..synth::failed_of(t, size, stack)
     })
 }
 
 fn sample(t: u64, process_used: u64, device_used: u64, total: u64) -> Record {
-    Record::Sample(Sample {
-        time_ns: t,
-        device: 0,
-        process_used,
-        device_used,
-        device_total: total,
-    })
-}
-
-fn stack(id: u64) -> Record {
-    Record::Stack {
-        id,
-        frames: vec![0x1000 + id, 0x2000 + id],
-    }
-}
-
-fn end(t: u64) -> Record {
-    Record::End(Stats {
-        time_ns: t,
-        events: 0,
-        queue_waits: 0,
-        dropped: 0,
-    })
+    synth::sample(t, 0, process_used, device_used, total)
 }
 
 fn gpumemprof(args: &[&str]) -> Output {

@@ -5,35 +5,24 @@
 
 use gpumemprof_analyzer::ranges::{Group, NvtxCounts, RangesResult, MAX_OPEN};
 use gpumemprof_analyzer::replay::{Replay, Replayed};
-use gpumemprof_format::{Alloc, Free, MemKind, Nvtx, NvtxOp, Record};
+use gpumemprof_format::{Alloc, Free, Nvtx, NvtxOp, Record};
+
+#[path = "checks/synth.rs"]
+mod synth;
 
 fn alloc(t: u64, tid: u32, address: u64, size: u64) -> Record {
     Record::Alloc(Alloc {
-        time_ns: t,
         tid,
         api: 1,
-        kind: MemKind::Device,
-        device: 0,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack: 0,
+        ..synth::alloc_of(t, address, size, 0)
     })
 }
 
 fn free(t: u64, tid: u32, address: u64) -> Record {
     Record::Free(Free {
-        time_ns: t,
         tid,
         api: 2,
-        address,
-        stream: 0,
-        stack: 0,
-        result: 0,
-        flags: 0,
-        kind: MemKind::Device,
-        size: 0,
+        ..synth::free_of(t, address)
     })
 }
 

@@ -9,16 +9,21 @@
 //!   1 MiB kept on even ranks (offset 0x300).
 //! Peaks 6, 6, 8 MiB; live at the end 2, 2, 4 MiB.
 
+#[path = "checks/binary.rs"]
+mod binary;
 #[path = "checks/schema.rs"]
 mod schema;
+#[path = "checks/synth.rs"]
+mod synth;
 #[path = "checks/tempdir.rs"]
 mod tempdir;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use gpumemprof_format::{Alloc, Free, MemKind, Module, Record, Stats, TraceWriter, FORMAT_VERSION};
+use binary::{gpumemprof, stderr_lines};
+use gpumemprof_format::{Module, Record, FORMAT_VERSION};
 use serde_json::{json, Value};
+use synth::{alloc, end, free, write_trace};
 use tempdir::TempDir;
 
 const MIB: u64 = 1 << 20;
@@ -42,47 +47,6 @@ fn header(rank: Option<&str>, pid: u64, host: &str) -> Value {
         h["rank"] = json!(r);
     }
     h
-}
-
-fn write(dir: &Path, name: &str, header: &Value, records: &[Record]) -> PathBuf {
-    let mut w = TraceWriter::new(Vec::new(), header, 1).expect("writer");
-    for r in records {
-        w.encoder().record(r);
-    }
-    w.flush_block().expect("flush");
-    let path = dir.join(name);
-    std::fs::write(&path, w.into_inner()).expect("write trace");
-    path
-}
-
-fn alloc(t: u64, address: u64, size: u64, stack: u64) -> Record {
-    Record::Alloc(Alloc {
-        time_ns: t,
-        tid: 7,
-        api: 0,
-        kind: MemKind::Device,
-        device: 0,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
-    })
-}
-
-fn free(t: u64, address: u64) -> Record {
-    Record::Free(Free {
-        time_ns: t,
-        tid: 7,
-        api: 1,
-        address,
-        stream: 0,
-        stack: 0,
-        result: 0,
-        flags: 0,
-        kind: MemKind::Device,
-        size: 0,
-    })
 }
 
 /// Rank r's records: its library at its own address, stack ids that differ per rank.
@@ -113,10 +77,7 @@ fn rank_records(r: u64, complete: bool) -> Vec<Record> {
     }
     out.push(free(4000, 0x1000_0000));
     if complete {
-        out.push(Record::End(Stats {
-            time_ns: 5000,
-            ..Stats::default()
-        }));
+        out.push(end(5000));
     }
     out
 }
@@ -128,24 +89,8 @@ fn job(dir: &Path) -> Vec<PathBuf> {
         .map(|&(name, r)| {
             let host = if r < 2 { "node-a" } else { "node-b" };
             let h = header(Some(&r.to_string()), 100 + r, host);
-            write(dir, name, &h, &rank_records(r, true))
+            write_trace(dir.join(name), &h, &rank_records(r, true))
         })
-        .collect()
-}
-
-fn gpumemprof(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumemprof"));
-    cmd.args(args);
-    for var in ["NO_COLOR", "CLICOLOR_FORCE", "CLICOLOR"] {
-        cmd.env_remove(var);
-    }
-    cmd.output().expect("run gpumemprof")
-}
-
-fn stderr_lines(out: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .map(str::to_owned)
         .collect()
 }
 
@@ -179,9 +124,8 @@ fn a_directory_gives_one_line_per_rank_in_rank_order_and_merges_leaks_across_loa
     // Not traces: ignored in a directory (a sub-folder is not searched).
     std::fs::write(dir.join("notes.txt"), "rank 2 is slow").expect("write");
     std::fs::create_dir(dir.join("old")).expect("mkdir");
-    write(
-        &dir.join("old"),
-        "x.trace",
+    write_trace(
+        dir.join("old").join("x.trace"),
         &header(Some("9"), 9, "h"),
         &rank_records(0, true),
     );
@@ -325,15 +269,13 @@ fn peak_merges_the_sites_at_each_ranks_peak_and_summary_has_none() {
 #[test]
 fn a_trace_without_a_rank_sorts_last_with_rank_null() {
     let dir = TempDir::new("ranks", "norank");
-    let none = write(
-        &dir,
-        "0-none.trace",
+    let none = write_trace(
+        dir.join("0-none.trace"),
         &header(None, 5, "h"),
         &rank_records(0, true),
     );
-    let seven = write(
-        &dir,
-        "1-seven.trace",
+    let seven = write_trace(
+        dir.join("1-seven.trace"),
         &header(Some("7"), 6, "h"),
         &rank_records(1, false),
     );
@@ -458,9 +400,8 @@ fn a_directory_without_traces_exits_5_with_one_line() {
 #[test]
 fn one_trace_file_keeps_the_single_trace_report_and_a_directory_of_one_does_not() {
     let dir = TempDir::new("ranks", "one");
-    let one = write(
-        &dir,
-        "r0.trace",
+    let one = write_trace(
+        dir.join("r0.trace"),
         &header(Some("0"), 1, "h"),
         &rank_records(0, true),
     );

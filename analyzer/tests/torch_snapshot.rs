@@ -9,11 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Record, Stats, TraceWriter, FORMAT_VERSION, FREE_RANGE,
-};
+use gpumemprof_format::{Alloc, AllocFailed, Free, MemKind, Record, FORMAT_VERSION, FREE_RANGE};
 use serde_json::{json, Value};
 
+#[path = "checks/synth.rs"]
+mod synth;
 #[path = "checks/tempdir.rs"]
 mod tempdir;
 
@@ -43,29 +43,16 @@ fn write_trace(dir: &Path, records: &[Record]) -> PathBuf {
                  {"id": UNMAP, "name": "cuMemUnmap"}, {"id": MALLOC_HOST, "name": "cudaMallocHost"},
                  {"id": RESERVE, "name": "cuMemAddressReserve"}, {"id": CREATE, "name": "cuMemCreate"}]
     });
-    let mut w = TraceWriter::new(Vec::new(), &header, 1).expect("writer");
-    for r in records {
-        w.encoder().record(r);
-    }
-    w.flush_block().expect("flush");
-    let path = dir.join("run.trace");
-    std::fs::write(&path, w.into_inner()).expect("write trace");
-    path
+    synth::write_trace(dir.join("run.trace"), &header, records)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn alloc(t_us: u64, api: u16, kind: MemKind, device: i32, address: u64, size: u64) -> Alloc {
     Alloc {
-        time_ns: t_us * 1000,
         tid: 1,
         api,
         kind,
         device,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack: 1,
+        ..synth::alloc_of(t_us * 1000, address, size, 1)
     }
 }
 
@@ -78,43 +65,27 @@ fn dev(t_us: u64, device: i32, address: u64, size: u64, stack: u64) -> Record {
 
 fn free(t_us: u64, api: u16, address: u64, stack: u64, flags: u8, size: u64) -> Record {
     Record::Free(Free {
-        time_ns: t_us * 1000,
         tid: 1,
         api,
-        address,
-        stream: 0,
         stack,
-        result: 0,
         flags,
-        kind: MemKind::Device,
         size,
+        ..synth::free_of(t_us * 1000, address)
     })
 }
 
 fn failed(t_us: u64, size: u64, result: u32, mem_free: u64, mem_total: u64) -> Record {
     Record::AllocFailed(AllocFailed {
-        time_ns: t_us * 1000,
         tid: 1,
-        api: MALLOC,
-        kind: MemKind::Device,
-        device: 0,
-        size,
-        stream: 0,
-        pool: 0,
-        stack: 2,
         result,
         mem_free,
         mem_total,
+        ..synth::failed_of(t_us * 1000, size, 2)
     })
 }
 
 fn end(t_us: u64) -> Record {
-    Record::End(Stats {
-        time_ns: t_us * 1000,
-        events: 0,
-        queue_waits: 0,
-        dropped: 0,
-    })
+    synth::end(t_us * 1000)
 }
 
 fn gpumemprof(args: &[&str]) -> Output {
@@ -122,6 +93,13 @@ fn gpumemprof(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run gpumemprof")
+}
+
+/// `gpumemprof export --format torch-snapshot TRACE -o OUT EXTRA...`.
+fn export(trace: &Path, out: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["export", "--format", "torch-snapshot", p(trace), "-o", out];
+    args.extend_from_slice(extra);
+    gpumemprof(&args)
 }
 
 fn p(path: &Path) -> &str {
@@ -251,14 +229,7 @@ fn every_kind_of_event_becomes_the_entries_and_segments_pytorch_writes() {
     ];
     let trace = write_trace(&dir, &records);
     let out_path = dir.join("snap.pickle");
-    let out = gpumemprof(&[
-        "export",
-        "--format",
-        "torch-snapshot",
-        p(&trace),
-        "-o",
-        p(&out_path),
-    ]);
+    let out = export(&trace, p(&out_path), &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
@@ -353,14 +324,7 @@ fn a_long_run_is_appended_in_batches_and_read_back_whole() {
     records.push(end(9000));
     let trace = write_trace(&dir, &records);
     let out_path = dir.join("snap.pickle");
-    let out = gpumemprof(&[
-        "export",
-        "--format",
-        "torch-snapshot",
-        p(&trace),
-        "-o",
-        p(&out_path),
-    ]);
+    let out = export(&trace, p(&out_path), &[]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -396,15 +360,7 @@ fn nothing_on_a_known_gpu_is_an_empty_snapshot_with_one_device_list() {
     ] {
         let trace = write_trace(&dir, &records);
         let out_path = dir.join("snap.pickle");
-        let out = gpumemprof(&[
-            "export",
-            "--format",
-            "torch-snapshot",
-            p(&trace),
-            "-o",
-            p(&out_path),
-            "-f",
-        ]);
+        let out = export(&trace, p(&out_path), &["-f"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         assert_eq!(
@@ -429,7 +385,7 @@ fn stdout_an_existing_file_and_a_bad_trace_are_refused() {
     let dir = TempDir::new("torch_snapshot", "refusals");
     let trace = write_trace(&dir, &[dev(1, 0, 0x1000, 512, 0), end(2)]);
 
-    let out = gpumemprof(&["export", "--format", "torch-snapshot", p(&trace), "-o", "-"]);
+    let out = export(&trace, "-", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
@@ -440,25 +396,10 @@ fn stdout_an_existing_file_and_a_bad_trace_are_refused() {
 
     let existing = dir.join("existing.pickle");
     std::fs::write(&existing, b"keep").expect("write");
-    let out = gpumemprof(&[
-        "export",
-        "--format",
-        "torch-snapshot",
-        p(&trace),
-        "-o",
-        p(&existing),
-    ]);
+    let out = export(&trace, p(&existing), &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(std::fs::read(&existing).expect("read"), b"keep");
-    let out = gpumemprof(&[
-        "export",
-        "--format",
-        "torch-snapshot",
-        p(&trace),
-        "-o",
-        p(&existing),
-        "-f",
-    ]);
+    let out = export(&trace, p(&existing), &["-f"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -470,14 +411,7 @@ fn stdout_an_existing_file_and_a_bad_trace_are_refused() {
     let bad = dir.join("bad.trace");
     std::fs::write(&bad, b"not a trace at all").expect("write");
     let target = dir.join("never.pickle");
-    let out = gpumemprof(&[
-        "export",
-        "--format",
-        "torch-snapshot",
-        p(&bad),
-        "-o",
-        p(&target),
-    ]);
+    let out = export(&bad, p(&target), &[]);
     assert_eq!(out.status.code(), Some(5));
     assert!(!target.exists());
 }

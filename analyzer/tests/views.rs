@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Record, Sample, Stats, TraceWriter, FORMAT_VERSION,
-};
+use gpumemprof_format::{Alloc, AllocFailed, Free, Record, FORMAT_VERSION};
 use serde_json::{json, Value};
+use synth::end;
 
-const DEV: MemKind = MemKind::Device;
+#[path = "checks/synth.rs"]
+mod synth;
+
 const MIB: u64 = 1 << 20;
 const SEC: u64 = 1_000_000_000;
 
@@ -34,80 +35,36 @@ fn write_trace(dir: &Path, records: &[Record]) -> PathBuf {
         "argv": ["/opt/jobs/train.py"], "start_monotonic_ns": 0, "config": {},
         "apis": [{"id": 0, "name": "cudaMalloc"}, {"id": 1, "name": "cudaFree"}]
     });
-    let mut w = TraceWriter::new(Vec::new(), &header, 1).expect("writer");
-    for r in records {
-        w.encoder().record(r);
-    }
-    w.flush_block().expect("flush");
-    let path = dir.join("run.trace");
-    std::fs::write(&path, w.into_inner()).expect("write trace");
-    path
+    synth::write_trace(dir.join("run.trace"), &header, records)
 }
 
 fn alloc(t: u64, device: i32, address: u64, size: u64, stack: u64) -> Record {
     Record::Alloc(Alloc {
-        time_ns: t,
         tid: 1,
-        api: 0,
-        kind: DEV,
         device,
-        address,
-        size,
-        stream: 0,
-        pool: 0,
-        stack,
+        ..synth::alloc_of(t, address, size, stack)
     })
 }
 
 fn free(t: u64, address: u64) -> Record {
     Record::Free(Free {
-        time_ns: t,
         tid: 1,
-        api: 1,
-        address,
-        stream: 0,
-        stack: 0,
-        result: 0,
-        flags: 0,
-        kind: DEV,
-        size: 0,
+        ..synth::free_of(t, address)
     })
 }
 
 fn oom(t: u64, device: i32, size: u64) -> Record {
     Record::AllocFailed(AllocFailed {
-        time_ns: t,
         tid: 1,
-        api: 0,
-        kind: DEV,
         device,
-        size,
-        stream: 0,
-        pool: 0,
-        stack: 2,
-        result: 2,
         mem_free: 3 * MIB,
         mem_total: 80 * MIB,
+        ..synth::failed_of(t, size, 2)
     })
 }
 
 fn sample(t: u64, device: i32, used: u64) -> Record {
-    Record::Sample(Sample {
-        time_ns: t,
-        device,
-        process_used: used,
-        device_used: used,
-        device_total: 80 * MIB,
-    })
-}
-
-fn end(t: u64) -> Record {
-    Record::End(Stats {
-        time_ns: t,
-        events: 0,
-        queue_waits: 0,
-        dropped: 0,
-    })
+    synth::sample(t, device, used, used, 80 * MIB)
 }
 
 fn gpumemprof(args: &[&str]) -> Output {

@@ -130,6 +130,9 @@ pub struct RecordCounts {
     pub unknown: u64,
     /// Python code definitions (functions that Python frames in stacks refer to).
     pub python_codes: u64,
+    /// NVTX range and mark events, and NVTX name definitions.
+    pub nvtx_events: u64,
+    pub nvtx_names: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -186,8 +189,9 @@ impl Observer for ApiCounter {
             Record::Sample(_) => r.samples += 1,
             Record::Unknown { .. } => r.unknown += 1,
             Record::PyCode(_) => r.python_codes += 1,
-            // NVTX ranges are reported by summary/peak/leaks --by range.
-            Record::Nvtx(_) | Record::NvtxString { .. } => {}
+            // NVTX: counted here; summary/peak/leaks --by range report the ranges.
+            Record::Nvtx(_) => r.nvtx_events += 1,
+            Record::NvtxString { .. } => r.nvtx_names += 1,
         }
     }
 
@@ -327,12 +331,13 @@ pub fn write_trace_text(report: &TraceReport, out: &mut dyn Write) -> io::Result
     writeln!(
         out,
         "records: {} allocations, {} frees, {} failed allocations, {} stacks, {} Python \
-         functions, {} modules, {} NVML samples, {} counters, {} of unknown kinds",
+         functions, {} NVTX events, {} modules, {} NVML samples, {} counters, {} of unknown kinds",
         r.allocations,
         r.frees,
         r.failed_allocations,
         r.stacks,
         r.python_codes,
+        r.nvtx_events,
         r.modules,
         r.samples,
         r.stats + r.end,

@@ -443,12 +443,17 @@ fn report_end(
             }
         }
     }
-    // The command's own process first: the one the user started.
+    // The command's own process first: the one the user started; with several, all of
+    // them (`summary` of several traces gives one line per process and the highest).
     if let Some(first) = traces.iter().find(|t| *t == expected).or(traces.first()) {
-        eprintln!(
-            "gpumemprof: next: gpumemprof summary {}",
-            quote(&display(first))
+        let mut all = vec![quote(&display(first))];
+        all.extend(
+            traces
+                .iter()
+                .filter(|t| *t != first)
+                .map(|t| quote(&display(t))),
         );
+        eprintln!("gpumemprof: next: gpumemprof summary {}", all.join(" "));
     }
 }
 
