@@ -519,3 +519,104 @@ fn the_flight_recorder_dump_defines_its_nvtx_names() {
         ]
     );
 }
+
+/// `export --format chrome` of the program's trace: each NVTX call of
+/// `the_trace_records_each_nvtx_call_with_its_name_in_program_order` as an event on the main
+/// thread's track, at the call's time: a pushed range as a complete event ("X") written
+/// when it is popped (inner ranges first), the start/end range as an async pair, marks as
+/// thread instants; the domain in `args`.
+#[test]
+fn chrome_export_shows_each_nvtx_range_and_mark_on_the_calling_thread() {
+    let run = ranges_program("nvtx_chrome", &[]);
+    let (header, records) = decode(&run.trace);
+    let json = run.trace.with_extension("json");
+    let out = analyzer()
+        .args(["export", "--format", "chrome"])
+        .arg(&run.trace)
+        .arg("-o")
+        .arg(&json)
+        .output()
+        .expect("run gpumemprof export");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json).expect("read the export"))
+        .expect("the export is JSON");
+    let events: Vec<&Value> = doc["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["cat"] == "nvtx")
+        .collect();
+
+    // The NVTX calls' times and thread, and the allocations' threads, from the trace.
+    let nvtx: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Nvtx(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nvtx.len(), 17);
+    let tid = nvtx[0].tid;
+    let alloc_tids: std::collections::BTreeSet<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Alloc(a) => Some(a.tid),
+            _ => None,
+        })
+        .collect();
+    assert!(alloc_tids.contains(&tid), "{tid} allocates: {alloc_tids:?}");
+    let us = |i: usize| nvtx[i].time_ns as f64 / 1000.0;
+    let dur = |push: usize, pop: usize| (nvtx[pop].time_ns - nvtx[push].time_ns) as f64 / 1000.0;
+    let range_id = format!("{:#x}", nvtx[11].range);
+
+    // (ph, name, domain, ts, dur or id) in the file's order.
+    let got: Vec<(String, String, Value, f64, Value)> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["pid"], header["pid"], "{e}");
+            assert_eq!(e["tid"], tid, "{e}");
+            (
+                e["ph"].as_str().expect("ph").to_owned(),
+                e["name"].as_str().expect("name").to_owned(),
+                e["args"]["domain"].clone(),
+                e["ts"].as_f64().expect("ts"),
+                match e["ph"].as_str() {
+                    Some("X") => e["dur"].clone(),
+                    Some("b" | "e") => e["id"].clone(),
+                    _ => e["s"].clone(),
+                },
+            )
+        })
+        .collect();
+    let ev = |ph: &str, name: &str, domain: Option<&str>, ts: f64, extra: Value| {
+        (ph.to_owned(), name.to_owned(), json!(domain), ts, extra)
+    };
+    assert_eq!(
+        got,
+        vec![
+            ev("X", "attention", None, us(1), json!(dur(1, 2))),
+            ev("X", "forward", None, us(0), json!(dur(0, 3))),
+            ev("i", "step 1 done", None, us(4), json!("t")),
+            ev("X", "optimizer_step", None, us(5), json!(dur(5, 6))),
+            ev("X", "backward", Some("trainer"), us(8), json!(dur(8, 9))),
+            ev("X", "data_load", Some("trainer"), us(7), json!(dur(7, 10))),
+            ev("b", "checkpoint", None, us(11), json!(range_id)),
+            ev("e", "checkpoint", None, us(12), json!(range_id)),
+            ev("i", "<unnamed>", None, us(13), json!("t")),
+            ev("i", "<unnamed>", None, us(14), json!("t")),
+            ev("X", "<unnamed>", None, us(15), json!(dur(15, 16))),
+        ]
+    );
+    // Nesting: each inner range lies within its outer one.
+    let within = |inner: usize, outer: usize| {
+        let (i, o) = (&got[inner], &got[outer]);
+        let end = |e: &(String, String, Value, f64, Value)| e.3 + e.4.as_f64().unwrap();
+        o.3 <= i.3 && end(i) <= end(o)
+    };
+    assert!(within(0, 1), "attention within forward");
+    assert!(within(4, 5), "backward within data_load");
+}

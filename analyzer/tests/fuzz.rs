@@ -156,6 +156,8 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     let header = reader.header().clone();
     let mut jsonl = Vec::new();
     let mut telemetry_writer = telemetry::TelemetryWriter::new(&header, &mut jsonl);
+    // The chrome export's NVTX events, written as they become final.
+    let mut nvtx_events = chrome::NvtxEvents::new(Vec::new(), 7);
     let Ok(mut loaded) = observe::replay_observed(
         reader,
         &mut [
@@ -168,6 +170,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
             &mut apis,
             &mut live_state,
             &mut telemetry_writer,
+            &mut nvtx_events,
         ],
     ) else {
         return false;
@@ -176,6 +179,14 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         telemetry_writer.into_error().is_none(),
         "telemetry to memory"
     );
+    let (nvtx_json, _) = nvtx_events.finish().expect("NVTX events to memory");
+    // Each event one line, each line one JSON object ending in a comma or not.
+    for line in String::from_utf8(nvtx_json).expect("utf-8").lines() {
+        let line = line.trim_end_matches(',');
+        if !line.is_empty() {
+            serde_json::from_str::<serde_json::Value>(line).expect("an NVTX event is JSON");
+        }
+    }
     serde_json::to_vec(&live_state.device_reports()).expect("track devices JSON");
     serde_json::to_vec(&live_state.top_sites(0, 0)).expect("monitor sites JSON");
     scrub(&mut loaded.replayed.modules);

@@ -14,8 +14,9 @@ use std::path::PathBuf;
 
 use clap::{Args as ClapArgs, ValueEnum};
 
-use super::{load, snapshot, warn_all, MomentArgs, Output};
+use super::{common, load, snapshot, warn_all, MomentArgs, Output};
 use crate::error::Error;
+use crate::observe::replay_observed;
 use crate::report::TraceInfo;
 use crate::symbolize::Symbolizer;
 use crate::timeline::TimelineBuilder;
@@ -23,7 +24,8 @@ use crate::views::{self, api_names};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// Chrome trace-event JSON: a counter track per device and kind, OOMs as instant events.
+    /// Chrome trace-event JSON: a counter track per device and kind, OOMs as instant events,
+    /// NVTX ranges and marks on their threads.
     Chrome,
     /// Collapsed stacks ("frame;frame;frame bytes") of live memory at a moment.
     Folded,
@@ -65,19 +67,31 @@ pub fn run(args: &Args) -> Result<(), Error> {
     args.output.check(&args.trace)?;
     match args.format {
         Format::Chrome => {
-            let mut builder = TimelineBuilder::new();
-            let loaded = load(&args.trace, &mut [&mut builder])?;
-            let t = builder.finish();
-            let info = TraceInfo::new(&args.trace, &loaded);
-            let json = views::chrome::chrome(&t, &info, &api_names(&loaded.header));
-            let mut bytes = serde_json::to_vec(&json).map_err(|e| Error::Output(e.into()))?;
-            bytes.push(b'\n');
-            args.output.write(&bytes)?;
+            // Streamed: NVTX events are written during the pass (views/chrome.rs).
+            let reader = common::open(&args.trace)?;
+            let pid = reader.header().get("pid").and_then(|p| p.as_u64());
+            let (t, nvtx) = with_writer(&args.output, |out| {
+                out.write_all(views::chrome::PREFIX)
+                    .map_err(Error::Output)?;
+                let mut builder = TimelineBuilder::new();
+                let mut nvtx = views::chrome::NvtxEvents::new(&mut *out, pid.unwrap_or(0));
+                let loaded = replay_observed(reader, &mut [&mut builder, &mut nvtx])
+                    .map_err(|e| common::read_error(&args.trace, e))?;
+                common::warn_truncated(&args.trace, &loaded);
+                let (out, nvtx) = nvtx.finish().map_err(Error::Output)?;
+                let t = builder.finish();
+                let info = TraceInfo::new(&args.trace, &loaded);
+                views::chrome::write_end(out, &t, &info, &api_names(&loaded.header))
+                    .map_err(Error::Output)?;
+                Ok((t, nvtx))
+            })?;
             args.output.done(&format!(
-                "Chrome trace-event JSON ({} counter tracks, {} out-of-memory events); open it \
-                 in Perfetto's UI",
+                "Chrome trace-event JSON ({} counter tracks, {} out-of-memory events, {} NVTX \
+                 ranges, {} NVTX marks); open it in Perfetto's UI",
                 t.series.len(),
-                t.ooms.len()
+                t.ooms.len(),
+                nvtx.ranges + nvtx.async_ranges,
+                nvtx.marks
             ));
         }
         Format::Folded => {
@@ -142,4 +156,37 @@ pub fn run(args: &Args) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Runs `write` on stdout or on the created output file, buffered and flushed; a write error
+/// names the file, and the file is removed if `write` fails.
+fn with_writer<T>(
+    output: &Output,
+    write: impl FnOnce(&mut dyn std::io::Write) -> Result<T, Error>,
+) -> Result<T, Error> {
+    use std::io::{BufWriter, Write};
+    if output.is_stdout() {
+        let stdout = std::io::stdout();
+        let mut out = BufWriter::new(stdout.lock());
+        let value = write(&mut out)?;
+        out.flush().map_err(Error::Output)?;
+        return Ok(value);
+    }
+    let file = crate::term::create_output(&output.output, output.force)?;
+    let mut out = BufWriter::new(file);
+    let named = |source| Error::File {
+        what: format!("writing {}", output.output.display()),
+        source,
+    };
+    let written = match write(&mut out) {
+        Err(Error::Output(source)) => Err(named(source)),
+        other => other,
+    }
+    .and_then(|value| out.flush().map_err(named).map(|()| value));
+    if written.is_err() {
+        // A trace damaged midway leaves no half-written file behind.
+        drop(out);
+        let _ = std::fs::remove_file(&output.output);
+    }
+    written
 }
