@@ -587,21 +587,32 @@ fn check_fork_stress_parent(trace: &Path, what: &str) {
     assert_eq!(s["totals"]["live_bytes_at_end"], 0, "{what}");
 }
 
-#[test]
-fn forking_1000_times_while_4_threads_allocate_never_hangs() {
-    let dir = scratch("crash_fork_storm");
+/// Runs fork_stress with `forks` forks and `GPUMEMPROF_FORK=fork`, checks it ended well;
+/// returns the trace folder and the parent's trace path.
+fn run_fork_stress(test: &str, forks: u32, fork: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(test);
     let template = dir.join("t.%p.trace");
+    let n = forks.to_string();
     let mut run = Running::start(under_shim(
         "fork_stress",
-        &["1000"],
+        &[&n],
         &template,
-        &[("GPUMEMPROF_FORK", "off")],
+        &[("GPUMEMPROF_FORK", fork)],
     ));
     let parent = run.pid();
     let ended = run.finish(Duration::from_secs(120));
     assert_eq!(ended.status.code(), Some(0), "{}", ended.stderr);
-    assert_eq!(ended.stdout, "threads=4\nforks=1000\nchildren_ok=1000\n");
+    assert_eq!(
+        ended.stdout,
+        format!("threads=4\nforks={forks}\nchildren_ok={forks}\n")
+    );
     let parent_trace = dir.join(format!("t.{parent}.trace"));
+    (dir, parent_trace)
+}
+
+#[test]
+fn forking_1000_times_while_4_threads_allocate_never_hangs() {
+    let (dir, parent_trace) = run_fork_stress("crash_fork_storm", 1000, "off");
     assert_eq!(
         trace_files(&dir),
         vec![parent_trace.clone()],
@@ -612,19 +623,7 @@ fn forking_1000_times_while_4_threads_allocate_never_hangs() {
 
 #[test]
 fn forking_50_times_in_trace_mode_while_4_threads_allocate_gives_each_child_its_own_trace() {
-    let dir = scratch("crash_fork_storm_trace");
-    let template = dir.join("t.%p.trace");
-    let mut run = Running::start(under_shim(
-        "fork_stress",
-        &["50"],
-        &template,
-        &[("GPUMEMPROF_FORK", "trace")],
-    ));
-    let parent = run.pid();
-    let ended = run.finish(Duration::from_secs(120));
-    assert_eq!(ended.status.code(), Some(0), "{}", ended.stderr);
-    assert_eq!(ended.stdout, "threads=4\nforks=50\nchildren_ok=50\n");
-    let parent_trace = dir.join(format!("t.{parent}.trace"));
+    let (dir, parent_trace) = run_fork_stress("crash_fork_storm_trace", 50, "trace");
     let traces = trace_files(&dir);
     assert_eq!(
         traces.len(),

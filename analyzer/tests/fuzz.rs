@@ -624,6 +624,29 @@ fn config(divisor: u32) -> ProptestConfig {
     }
 }
 
+/// A corpus trace whose records were mutated inside its (otherwise valid) block.
+fn mutated_inside_blocks(which: Index, mutations: &[Mutation]) -> Vec<u8> {
+    let c = corpus();
+    let sample = &c[which.index(c.len())];
+    let mut raw = sample.raw.clone();
+    for m in mutations {
+        apply(&mut raw, m, &|d| c[d.index(c.len())].raw.clone());
+    }
+    one_block_trace(&sample.header, &raw)
+}
+
+/// A well-formed trace of these records, one block per inner list.
+fn trace_of(blocks: &[Vec<Record>], apis: bool) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header(apis), 1).unwrap();
+    for block in blocks {
+        for r in block {
+            w.encoder().record(r);
+        }
+        w.flush_block().unwrap();
+    }
+    w.into_inner()
+}
+
 proptest! {
     #![proptest_config(config(1))]
 
@@ -661,13 +684,7 @@ proptest! {
         mutations in proptest::collection::vec(mutation(), 1..6),
         opts in options(),
     ) {
-        let c = corpus();
-        let sample = &c[which.index(c.len())];
-        let mut raw = sample.raw.clone();
-        for m in &mutations {
-            apply(&mut raw, m, &|d| c[d.index(c.len())].raw.clone());
-        }
-        check(&one_block_trace(&sample.header, &raw), &opts, false);
+        check(&mutated_inside_blocks(which, &mutations), &opts, false);
     }
 
     #[test]
@@ -676,14 +693,7 @@ proptest! {
         apis in any::<bool>(),
         opts in options(),
     ) {
-        let mut w = TraceWriter::new(Vec::new(), &header(apis), 1).unwrap();
-        for block in &blocks {
-            for r in block {
-                w.encoder().record(r);
-            }
-            w.flush_block().unwrap();
-        }
-        prop_assert!(check(&w.into_inner(), &opts, false), "a well-formed trace must decode");
+        prop_assert!(check(&trace_of(&blocks, apis), &opts, false), "a well-formed trace must decode");
     }
 }
 
@@ -697,13 +707,7 @@ proptest! {
         mutations in proptest::collection::vec(mutation(), 1..6),
         opts in options(),
     ) {
-        let c = corpus();
-        let sample = &c[which.index(c.len())];
-        let mut raw = sample.raw.clone();
-        for m in &mutations {
-            apply(&mut raw, m, &|d| c[d.index(c.len())].raw.clone());
-        }
-        check(&one_block_trace(&sample.header, &raw), &opts, true);
+        check(&mutated_inside_blocks(which, &mutations), &opts, true);
     }
 
     #[test]
@@ -712,14 +716,7 @@ proptest! {
         apis in any::<bool>(),
         opts in options(),
     ) {
-        let mut w = TraceWriter::new(Vec::new(), &header(apis), 1).unwrap();
-        for block in &blocks {
-            for r in block {
-                w.encoder().record(r);
-            }
-            w.flush_block().unwrap();
-        }
-        prop_assert!(check(&w.into_inner(), &opts, true), "a well-formed trace must decode");
+        prop_assert!(check(&trace_of(&blocks, apis), &opts, true), "a well-formed trace must decode");
     }
 }
 

@@ -113,33 +113,31 @@ fn gpumemprof(args: &[&str]) -> Output {
         .expect("run gpumemprof")
 }
 
-fn oom_json(trace: &Path, extra: &[&str]) -> Value {
-    let mut args = vec!["oom", trace.to_str().expect("utf-8"), "--json"];
-    args.extend_from_slice(extra);
-    let out = gpumemprof(&args);
+/// `gpumemprof oom TRACE ARGS...`'s stdout; it must exit 0.
+fn oom_ok(trace: &Path, args: &[&str]) -> Vec<u8> {
+    let mut all = vec!["oom", trace.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    let out = gpumemprof(&all);
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    out.stdout
+}
+
+fn oom_json(trace: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let v: Value = serde_json::from_slice(&oom_ok(trace, &args)).expect("JSON");
     assert_eq!(v["schema_version"], 1);
     schema::assert_valid("oom", &v);
     v
 }
 
 fn oom_text(trace: &Path, extra: &[&str]) -> String {
-    let mut args = vec!["oom", trace.to_str().expect("utf-8")];
-    args.extend_from_slice(extra);
-    let out = gpumemprof(&args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+    String::from_utf8(oom_ok(trace, extra)).expect("utf-8")
 }
 
 /// (stack_id, bytes, count) of each entry of a JSON array of sites.
