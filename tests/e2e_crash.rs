@@ -567,6 +567,46 @@ fn frees_made_by_an_exit_handler_that_runs_after_the_profilers_are_recorded() {
     assert_eq!(s["failed_frees"], 0);
 }
 
+#[test]
+fn frees_made_by_a_thread_exit_destructor_after_the_ring_is_retired_are_recorded() {
+    let expected = "threads=3 exit_frees=3\n";
+    let p = run_within(plain("thread_exit_free", &[]), LIMIT);
+    assert_eq!(p.status.code(), Some(0), "{}", p.stderr);
+    assert_eq!(p.stdout, expected);
+
+    let dir = scratch("crash_thread_exit_free");
+    let trace = dir.join("thread_exit_free.trace");
+    let run = run_within(under_shim("thread_exit_free", &[], &trace, &[]), LIMIT);
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, expected);
+
+    let (_, records) = decode(&trace);
+    let t = tally(&records);
+    assert!(t.end);
+    let mut got = sizes(&t.allocs);
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        vec![4096, 4096, 4096, 1 << 20, 2 << 20, 2 << 20, 2 << 20]
+    );
+    assert_eq!(t.frees.len(), 7);
+    // Each 2 MiB block is freed by its own thread, whose ring was retired by then.
+    let big: Vec<&Alloc> = t.allocs.iter().filter(|a| a.size == 2 << 20).collect();
+    let tids: std::collections::BTreeSet<u32> = big.iter().map(|a| a.tid).collect();
+    assert_eq!(tids.len(), 3, "three threads");
+    for a in big {
+        let f = t
+            .frees
+            .iter()
+            .find(|f| f.address == a.address && f.time_ns > a.time_ns);
+        assert_eq!(f.map(|f| f.tid), Some(a.tid), "{:#x}", a.address);
+    }
+    let s = report("summary", &trace, &[]);
+    assert_eq!(s["totals"]["live_bytes_at_end"], 0);
+    assert_eq!(s["unknown_frees"], 0);
+    assert_eq!(s["trace"]["dropped"], 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. fork
 

@@ -53,57 +53,94 @@ impl BlockEncoder {
         self.records += 1;
     }
 
+    /// Appends `kind | len | fields as varints` for a record of at most 12 integer fields
+    /// (at most 120 payload bytes, so `len` is one byte), written straight into the
+    /// block: the events' hot path, without the scratch copy.
+    #[inline(always)]
+    fn small_record<const N: usize>(&mut self, kind: u8, fields: [u64; N]) {
+        const { assert!(N <= 12) };
+        self.buf.reserve(2 + 10 * N);
+        let at = self.buf.len();
+        // SAFETY: `reserve` made room for the kind, the length byte and N varints of at
+        // most 10 bytes each; exactly the bytes written are then marked initialised.
+        unsafe {
+            let base = self.buf.as_mut_ptr().add(at);
+            *base = kind;
+            let payload = base.add(2);
+            let mut p = payload;
+            for mut v in fields {
+                while v >= 0x80 {
+                    *p = (v as u8) | 0x80;
+                    p = p.add(1);
+                    v >>= 7;
+                }
+                *p = v as u8;
+                p = p.add(1);
+            }
+            let n = p.offset_from(payload) as usize;
+            *base.add(1) = n as u8;
+            self.buf.set_len(at + 2 + n);
+        }
+        self.records += 1;
+    }
+
     pub fn alloc(&mut self, a: &Alloc) {
-        self.scratch.clear();
         let dt = self.delta(a.time_ns);
-        let s = &mut self.scratch;
-        put_u64(s, dt);
-        put_u64(s, a.tid.into());
-        put_u64(s, a.api.into());
-        put_u64(s, a.kind.to_u8().into());
-        put_u64(s, zigzag(a.device.into()));
-        put_u64(s, a.address);
-        put_u64(s, a.size);
-        put_u64(s, a.stream);
-        put_u64(s, a.pool);
-        put_u64(s, a.stack);
-        self.commit(kind::ALLOC);
+        self.small_record(
+            kind::ALLOC,
+            [
+                dt,
+                a.tid.into(),
+                a.api.into(),
+                a.kind.to_u8().into(),
+                zigzag(a.device.into()),
+                a.address,
+                a.size,
+                a.stream,
+                a.pool,
+                a.stack,
+            ],
+        );
     }
 
     pub fn free(&mut self, f: &Free) {
-        self.scratch.clear();
         let dt = self.delta(f.time_ns);
-        let s = &mut self.scratch;
-        put_u64(s, dt);
-        put_u64(s, f.tid.into());
-        put_u64(s, f.api.into());
-        put_u64(s, f.address);
-        put_u64(s, f.stream);
-        put_u64(s, f.stack);
-        put_u64(s, f.result.into());
-        put_u64(s, f.flags.into());
-        put_u64(s, f.kind.to_u8().into());
-        put_u64(s, f.size);
-        self.commit(kind::FREE);
+        self.small_record(
+            kind::FREE,
+            [
+                dt,
+                f.tid.into(),
+                f.api.into(),
+                f.address,
+                f.stream,
+                f.stack,
+                f.result.into(),
+                f.flags.into(),
+                f.kind.to_u8().into(),
+                f.size,
+            ],
+        );
     }
 
     pub fn alloc_failed(&mut self, a: &AllocFailed) {
-        self.scratch.clear();
         let dt = self.delta(a.time_ns);
-        let s = &mut self.scratch;
-        put_u64(s, dt);
-        put_u64(s, a.tid.into());
-        put_u64(s, a.api.into());
-        put_u64(s, a.kind.to_u8().into());
-        put_u64(s, zigzag(a.device.into()));
-        put_u64(s, a.size);
-        put_u64(s, a.stream);
-        put_u64(s, a.pool);
-        put_u64(s, a.stack);
-        put_u64(s, a.result.into());
-        put_u64(s, a.mem_free);
-        put_u64(s, a.mem_total);
-        self.commit(kind::ALLOC_FAILED);
+        self.small_record(
+            kind::ALLOC_FAILED,
+            [
+                dt,
+                a.tid.into(),
+                a.api.into(),
+                a.kind.to_u8().into(),
+                zigzag(a.device.into()),
+                a.size,
+                a.stream,
+                a.pool,
+                a.stack,
+                a.result.into(),
+                a.mem_free,
+                a.mem_total,
+            ],
+        );
     }
 
     /// An interned stack, innermost frame first. Frames past `MAX_STACK_FRAMES` are
@@ -157,14 +194,16 @@ impl BlockEncoder {
 
     /// An NVML sample.
     pub fn sample(&mut self, m: &Sample) {
-        self.scratch.clear();
-        let s = &mut self.scratch;
-        put_u64(s, m.time_ns);
-        put_u64(s, zigzag(m.device.into()));
-        put_u64(s, m.process_used);
-        put_u64(s, m.device_used);
-        put_u64(s, m.device_total);
-        self.commit(kind::SAMPLE);
+        self.small_record(
+            kind::SAMPLE,
+            [
+                m.time_ns,
+                zigzag(m.device.into()),
+                m.process_used,
+                m.device_used,
+                m.device_total,
+            ],
+        );
     }
 
     /// A Python code object; strings longer than `MAX_PY_STRING` bytes are cut at a
@@ -191,16 +230,18 @@ impl BlockEncoder {
     /// An NVTX event. Its time is a delta from the block's running event time that does
     /// not advance it, so a reader that skips this kind decodes later events unchanged.
     pub fn nvtx(&mut self, n: &Nvtx) {
-        self.scratch.clear();
         let dt = zigzag(n.time_ns.wrapping_sub(self.last_time) as i64);
-        let s = &mut self.scratch;
-        put_u64(s, dt);
-        put_u64(s, n.tid.into());
-        put_u64(s, n.op.to_u8().into());
-        put_u64(s, n.domain);
-        put_u64(s, n.name);
-        put_u64(s, n.range);
-        self.commit(kind::NVTX);
+        self.small_record(
+            kind::NVTX,
+            [
+                dt,
+                n.tid.into(),
+                n.op.to_u8().into(),
+                n.domain,
+                n.name,
+                n.range,
+            ],
+        );
     }
 
     /// An NVTX string; bytes past `MAX_NVTX_STRING` are cut at a character boundary.

@@ -118,6 +118,9 @@ pub struct Converter {
     first: (u64, u64),
     /// (ticks, ns) pairs in increasing order.
     anchors: VecDeque<(u64, u64)>,
+    /// The segment (`anchors[i]..anchors[i + 1]`) the last stamp fell in: stamps are
+    /// converted in time order, so the next one is nearly always there or just after.
+    hint: std::cell::Cell<usize>,
 }
 
 impl Converter {
@@ -128,6 +131,7 @@ impl Converter {
             tsc,
             first: a,
             anchors: VecDeque::from([a]),
+            hint: std::cell::Cell::new(0),
         }
     }
 
@@ -144,6 +148,7 @@ impl Converter {
         }
         if self.anchors.len() >= MAX_ANCHORS {
             self.anchors.pop_front();
+            self.hint.set(self.hint.get().saturating_sub(1));
         }
         self.anchors.push_back(a);
     }
@@ -155,12 +160,16 @@ impl Converter {
             return stamp;
         }
         let n = self.anchors.len();
-        // Nearly every stamp lies in the newest segment: no search.
-        if n >= 2 {
-            let (lo, hi) = (self.anchors[n - 2], self.anchors[n - 1]);
-            if stamp >= lo.0 && stamp <= hi.0 {
-                let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
-                return extrapolate(lo, rate, stamp);
+        // Nearly every stamp lies in the last stamp's segment or the next: no search.
+        let h = self.hint.get();
+        for i in [h, h + 1] {
+            if i + 1 < n {
+                let (lo, hi) = (self.anchors[i], self.anchors[i + 1]);
+                if stamp >= lo.0 && stamp <= hi.0 {
+                    self.hint.set(i);
+                    let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
+                    return extrapolate(lo, rate, stamp);
+                }
             }
         }
         let (lo, hi) = if n < 2 {
@@ -172,6 +181,7 @@ impl Converter {
             return extrapolate(self.anchors[n - 1], self.long_rate(), stamp);
         } else {
             let i = self.anchors.partition_point(|a| a.0 <= stamp);
+            self.hint.set(i - 1);
             (self.anchors[i - 1], self.anchors[i])
         };
         let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
@@ -254,6 +264,7 @@ mod tests {
             tsc: true,
             first: (1000, 5000),
             anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
+            hint: Default::default(),
         };
         assert_eq!(c.to_ns(1000), 5000);
         assert_eq!(c.to_ns(3000), 6000);
@@ -276,6 +287,7 @@ mod tests {
             tsc: true,
             first: (1000, 5000),
             anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
+            hint: Default::default(),
         };
         for ns in [
             4000u64, 4600, 5000, 5500, 5999, 6000, 8000, 10000, 15000, 123_456,
@@ -296,6 +308,7 @@ mod tests {
             tsc: false,
             first: (0, 0),
             anchors: VecDeque::from([(0, 0)]),
+            hint: Default::default(),
         };
         assert_eq!(c.to_ns(123_456), 123_456);
     }

@@ -148,7 +148,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_QUEUE_CAPACITY",
         default: "16384",
-        doc: "Events the in-memory queue holds (64 to 1048576; each slot is 80 bytes, allocated once). A full queue makes the allocating thread wait; waits are counted in the trace.",
+        doc: "Events each recording thread's buffer holds (64 to 1048576, rounded up to a power of two; 64 bytes per event, allocated at the thread's first event and reused by a later thread once it exits). A full buffer makes its thread wait for the writer; waits are counted in the trace.",
     },
     Var {
         name: "GPUMEMPROF_NVML_MS",

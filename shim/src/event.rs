@@ -1,5 +1,6 @@
-//! The event a hooked call hands to the writer thread: fixed size (80 bytes), no
-//! pointers, its stack already interned to an id (see `intern.rs`).
+//! The event a hooked call hands to the writer thread: one cache line (64 bytes), no
+//! pointers, its stack already interned to an id (see `intern.rs`). The thread id is
+//! not in it: each thread's ring knows its thread (`ring.rs`).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -13,16 +14,8 @@ pub enum EventKind {
 }
 
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 pub struct Event {
-    pub kind: EventKind,
-    /// `MemKind::to_u8()` of the memory (alloc and failed alloc).
-    pub mem: u8,
-    /// Free flags (`gpumemprof_format::FREE_*`).
-    pub flags: u8,
-    pub api: u16,
-    pub device: i32,
-    pub tid: u32,
-    pub result: u32,
     /// A `clock::now()` stamp (TSC ticks or monotonic ns); the writer converts it.
     pub time_ns: u64,
     /// For `AllocFailed`: the device's free bytes at the failure (0 if unknown).
@@ -30,18 +23,47 @@ pub struct Event {
     pub size: u64,
     pub stream: u64,
     pub pool: u64,
-    /// Interned stack id; 0 = no stack.
-    pub stack: u64,
-    /// Kind-specific: for `AllocFailed`, the device's total bytes (0 if unknown); for a
-    /// range free, the range's bytes are in `size`.
+    /// Kind-specific: for `AllocFailed`, the device's total bytes (0 if unknown); for
+    /// `Free`, the free flags (`gpumemprof_format::FREE_*`; a range free has its bytes in
+    /// `size`); for `Nvtx`, the range id.
     pub aux: u64,
+    /// Interned stack id; 0 = no stack.
+    pub stack: u32,
+    pub device: i32,
+    pub result: u32,
+    pub api: u16,
+    pub kind: EventKind,
+    /// `MemKind::to_u8()` of the memory (alloc, failed alloc and free).
+    pub mem: u8,
+}
+
+impl Event {
+    /// An event of `kind` with every other field zero (device -1: unknown).
+    #[inline(always)]
+    pub const fn new(kind: EventKind) -> Event {
+        Event {
+            time_ns: 0,
+            address: 0,
+            size: 0,
+            stream: 0,
+            pool: 0,
+            aux: 0,
+            stack: 0,
+            device: -1,
+            result: 0,
+            api: 0,
+            kind,
+            mem: 0,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn an_event_is_80_bytes() {
-        // Seven u64 fields plus 17 bytes of small ones, padded: keep it that small.
-        assert_eq!(std::mem::size_of::<super::Event>(), 80);
+    fn an_event_is_one_cache_line() {
+        // Six u64 fields plus 16 bytes of small ones: one 64-byte line, aligned to one.
+        assert_eq!(std::mem::size_of::<super::Event>(), 64);
+        assert_eq!(std::mem::align_of::<super::Event>(), 64);
     }
 }

@@ -9,28 +9,44 @@
 //! never allocates and never registers a TLS destructor (that would take the loader
 //! lock); `try_with` makes them safe even while the thread's TLS is being torn down.
 
+use crate::ring::Ring;
 use std::cell::Cell;
 
-thread_local! {
+/// Everything the shim keeps per thread on the hot path, in one thread-local (one TLS
+/// lookup per hooked call: in a preloaded library each lookup is a `__tls_get_addr` call).
+pub struct ThreadState {
     /// > 0 while this thread runs shim code (a hook's bookkeeping, or the writer thread).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    depth: Cell<u32>,
     /// Kernel thread id, fetched once per thread (0 = not yet known).
-    static TID: Cell<u32> = const { Cell::new(0) };
+    tid: Cell<u32>,
+    /// This thread's event ring: null until its first event, `RING_GONE` once the thread
+    /// is exiting or no ring could be had (events then go through the shared queue).
+    ring: Cell<*const Ring>,
+}
+
+/// The `ring` of a thread that must use the shared queue (never a real ring's address:
+/// those are heap blocks, never at the first aligned address).
+pub const RING_GONE: *const Ring = std::ptr::dangling();
+
+thread_local! {
+    static STATE: ThreadState = const {
+        ThreadState { depth: Cell::new(0), tid: Cell::new(0), ring: Cell::new(std::ptr::null()) }
+    };
 }
 
 /// Held while a hooked call records; releases the guard on drop.
-pub struct Guard(());
+pub struct Guard(*const ThreadState);
 
 impl Guard {
     /// Enters the shim on this thread. `None` if the thread is already inside the shim
     /// (or its TLS is gone): the caller must pass straight through.
     #[inline]
     pub fn enter() -> Option<Guard> {
-        DEPTH
-            .try_with(|d| {
-                if d.get() == 0 {
-                    d.set(1);
-                    Some(Guard(()))
+        STATE
+            .try_with(|s| {
+                if s.depth.get() == 0 {
+                    s.depth.set(1);
+                    Some(Guard(s as *const ThreadState))
                 } else {
                     None
                 }
@@ -38,39 +54,78 @@ impl Guard {
             .ok()
             .flatten()
     }
+
+    /// The calling thread's state (the guard lives on this thread, inside its TLS's life).
+    #[inline(always)]
+    pub fn thread(&self) -> &ThreadState {
+        // SAFETY: taken from this thread's live TLS by `enter`; a Guard is not Send.
+        unsafe { &*self.0 }
+    }
 }
 
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        let _ = DEPTH.try_with(|d| d.set(0));
+        self.thread().depth.set(0);
     }
+}
+
+impl ThreadState {
+    /// This thread's kernel thread id.
+    #[inline]
+    pub fn tid(&self) -> u32 {
+        let v = self.tid.get();
+        if v != 0 {
+            return v;
+        }
+        let v = current_tid();
+        self.tid.set(v);
+        v
+    }
+
+    #[inline(always)]
+    pub fn ring(&self) -> *const Ring {
+        self.ring.get()
+    }
+
+    #[inline]
+    pub fn set_ring(&self, r: *const Ring) {
+        self.ring.set(r);
+    }
+}
+
+/// Runs `f` with the calling thread's state; does nothing once its TLS is gone.
+#[inline]
+pub fn with_thread(f: impl FnOnce(&ThreadState)) {
+    let _ = STATE.try_with(f);
+}
+
+/// Sets the calling thread's ring (`RING_GONE` at thread exit; null after fork).
+pub fn set_ring(r: *const Ring) {
+    let _ = STATE.try_with(|s| s.ring.set(r));
 }
 
 /// Marks the current thread as the shim's own for its whole life (the writer thread):
 /// every hook it reaches passes through.
 pub fn mark_internal_thread() {
-    let _ = DEPTH.try_with(|d| d.set(u32::MAX / 2));
+    let _ = STATE.try_with(|s| s.depth.set(u32::MAX / 2));
 }
 
 /// The caller's kernel thread id, cached per thread.
 #[inline]
 pub fn tid() -> u32 {
-    TID.try_with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
-        }
-        let v = current_tid();
-        t.set(v);
-        v
-    })
-    .unwrap_or_else(|_| current_tid())
+    STATE
+        .try_with(|s| s.tid())
+        .unwrap_or_else(|_| current_tid())
 }
 
-/// Forgets the cached thread id (the forked child's only thread has a new one).
-pub fn reset_tid_after_fork() {
-    let _ = TID.try_with(|t| t.set(0));
+/// Forgets the cached thread id and the ring (the forked child's only thread has a new
+/// id, and the parent's pipeline is not the child's).
+pub fn reset_after_fork() {
+    let _ = STATE.try_with(|s| {
+        s.tid.set(0);
+        s.ring.set(std::ptr::null());
+    });
 }
 
 fn current_tid() -> u32 {

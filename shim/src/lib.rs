@@ -9,7 +9,8 @@
 //! - `stack`, `unwind`, `intern`: return-address capture (the fast cached-CFI unwinder
 //!   and libgcc's) and per-thread stack interning on the hot path;
 //! - `python`: the allocating thread's Python frames, merged into its native stack;
-//! - `event`, `pipeline`: the bounded lock-free queue and the writer thread;
+//! - `event`, `ring`, `pipeline`: per-thread event rings, the shared queue and the
+//!   writer thread;
 //! - `recorder`: the flight recorder (`GPUMEMPROF_MODE=oom`);
 //! - `modules`: the module map written into the trace for later symbolization;
 //! - `nvml`: device memory per process from NVML, sampled by the writer thread;
@@ -35,6 +36,7 @@ pub mod output;
 mod pipeline;
 pub mod python;
 mod recorder;
+mod ring;
 mod stack;
 mod unwind;
 

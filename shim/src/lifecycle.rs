@@ -316,7 +316,7 @@ extern "C" fn at_fork_child() {
     unsafe { crate::intern::child_after_fork() };
     // SAFETY: the NVTX names' lock was taken by at_fork_prepare on this thread too.
     unsafe { crate::nvtx::child_after_fork() };
-    crate::guard::reset_tid_after_fork();
+    crate::guard::reset_after_fork();
     match STATE.load(Ordering::Acquire) {
         UNINIT => {}
         ACTIVE | SHUTDOWN if !FORK_OFF.load(Ordering::Relaxed) => {

@@ -264,22 +264,15 @@ fn record(op: NvtxOp, domain: u64, range: u64, name: impl FnOnce() -> u64) {
             return;
         };
         let name = name();
-        p.push(Event {
-            kind: EventKind::Nvtx,
-            mem: op.to_u8(),
-            flags: 0,
-            api: 0,
-            device: -1,
-            tid: crate::guard::tid(),
-            result: 0,
+        let ev = Event {
             time_ns: crate::clock::now(),
             address: domain,
             size: name,
-            stream: 0,
-            pool: 0,
-            stack: 0,
             aux: range,
-        });
+            mem: op.to_u8(),
+            ..Event::new(EventKind::Nvtx)
+        };
+        p.push(guard.thread(), &ev);
     }));
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };

@@ -158,6 +158,23 @@ fn main() {
         n - b
     );
 
+    // The floor under those figures: what one event stamp costs here (the shim stamps
+    // every event once; a pair is two events).
+    let tsc = gpumemprof::clock::init(gpumemprof::clock::Source::Auto);
+    let reps = 10_000_000u32;
+    let t = std::time::Instant::now();
+    let mut acc = 0u64;
+    for _ in 0..reps {
+        acc = acc.wrapping_add(std::hint::black_box(gpumemprof::clock::now()));
+    }
+    std::hint::black_box(acc);
+    let stamp = t.elapsed().as_nanos() as f64 / reps as f64;
+    println!(
+        "  one event stamp ({}):         {stamp:8.1} ns   (two per pair: {:.1} ns/pair of the overhead)",
+        if tsc { "lfence+rdtsc" } else { "clock_gettime" },
+        2.0 * stamp
+    );
+
     let bytes = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     let events = events_in(&trace);
     println!(

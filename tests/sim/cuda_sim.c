@@ -29,6 +29,9 @@
  *     cuMemHostRegister pins a caller's range in place and charges nothing.
  *   - VMM: see cuda_vmm.c. Reservations come from [0x740000000000, 0x760000000000); physical
  *     handles are 0x4a000000 + 0x10 * n; granularity 2 MiB.
+ *   - Threads: the first successful cuInit starts one helper thread that sleeps with every signal
+ *     blocked, as the real driver starts threads of its own (a CUDA process is never
+ *     single-threaded).
  *   - Contexts: only primary contexts, handle 0x5c0000000000 + 0x100 * device, created by
  *     cuDevicePrimaryCtxRetain or by the first memory placed on the device. The current context
  *     is per thread; a thread without one that makes a call needing one (memory, cuCtxGetDevice,
@@ -57,6 +60,9 @@
  * profiler could interpose; the real driver's resolver likewise hands out its own functions.
  */
 #include "cuda_internal.h"
+
+#include <pthread.h>
+#include <signal.h>
 
 #include <limits.h>
 #include <pthread.h>
@@ -102,11 +108,44 @@ static __thread int tl_device = -1; /* device of the thread's current context; -
 static void fork_prepare(void) { pthread_mutex_lock(&cuda_mem.lock); }
 static void fork_done(void) { pthread_mutex_unlock(&cuda_mem.lock); }
 
+/* The driver's own helper thread. The real cuInit starts threads of its own (an event handler
+ * and others), so a CUDA process is never single-threaded; that matters for what the program's
+ * locks cost (glibc takes uncontended locks without atomic instructions while a process has one
+ * thread). This one sleeps with every signal blocked, so it never takes a signal meant for the
+ * program, and does nothing else. */
+static void *helper_thread(void *arg)
+{
+    (void)arg;
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_lock(&m);
+    for (;;)
+        pthread_cond_wait(&never, &m);
+    return NULL;
+}
+
+static void start_helper_thread(void)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    /* The new thread inherits the creating thread's mask: block everything around the create. */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_t t;
+    (void)pthread_create(&t, &attr, helper_thread, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static void configure(void)
 {
     if (sim_memory_configure(&cuda_mem) != 0)
         return;
     pthread_atfork(fork_prepare, fork_done, fork_done);
+    start_helper_thread();
     __atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
 }
 

@@ -515,7 +515,7 @@ impl Rec {
 
 /// Interns `native` with the calling thread's Python frames merged in (if it runs any).
 #[inline(never)]
-fn intern_with_python(native: &[u64]) -> u64 {
+fn intern_with_python(native: &[u64]) -> u32 {
     const MERGED: usize = MAX_STACK_DEPTH + crate::python::MAX_PY_FRAMES;
     let mut merged = [MaybeUninit::<u64>::uninit(); MERGED];
     match crate::python::merge(native, &mut merged) {
@@ -527,42 +527,48 @@ fn intern_with_python(native: &[u64]) -> u64 {
     }
 }
 
-/// Captures and interns the stack, and hands the event to the writer.
+/// Captures and interns the calling thread's stack (with its Python frames, if any).
 #[inline(never)]
+fn capture_stack(depth: usize) -> u32 {
+    let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
+    let n = stack::capture(&mut frames[..depth]);
+    // SAFETY: `capture` initialised the first `n` entries.
+    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
+    if crate::python::active() {
+        intern_with_python(frames)
+    } else {
+        intern::intern(frames)
+    }
+}
+
+/// Captures and interns the stack, and hands the event to the writer. Inlined into each
+/// handler, so the event is built in registers and stored once, into its ring slot.
+#[inline(always)]
 pub fn record(r: Rec) {
     let Some(p) = lifecycle::pipeline() else {
         return;
     };
     let depth = lifecycle::stack_depth();
-    let stack = if depth > 0 {
-        let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
-        let n = stack::capture(&mut frames[..depth]);
-        // SAFETY: `capture` initialised the first `n` entries.
-        let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
-        if crate::python::active() {
-            intern_with_python(frames)
-        } else {
-            intern::intern(frames)
-        }
-    } else {
-        0
-    };
-    p.push(Event {
-        kind: r.kind,
-        mem: r.mem.to_u8(),
-        flags: r.flags,
-        api: r.api.id(),
-        device: r.device,
-        tid: crate::guard::tid(),
-        result: r.result,
+    let stack = if depth > 0 { capture_stack(depth) } else { 0 };
+    let ev = Event {
         time_ns: r.time_ns,
         address: r.address,
         size: r.size,
         stream: r.stream,
         pool: r.pool,
+        aux: if r.kind == EventKind::Free {
+            r.flags as u64
+        } else {
+            r.aux
+        },
         stack,
-        aux: r.aux,
-    });
+        device: r.device,
+        result: r.result,
+        api: r.api.id(),
+        kind: r.kind,
+        mem: r.mem.to_u8(),
+    };
+    crate::guard::with_thread(|me| p.push(me, &ev));
 }
 
 #[cfg(test)]

@@ -1,0 +1,354 @@
+//! Per-thread event rings: each recording thread writes its events into its own
+//! single-producer ring; the writer thread drains every ring in batches.
+//!
+//! ```text
+//!  thread A: stamp ─► slot[head] = event; head += 1 (one release store, no RMW)
+//!  thread B: ...                 ring B
+//!  writer (holding the writer lock): for each ring: read head (acquire), copy
+//!          slots tail..head out, tail = head (release)
+//! ```
+//!
+//! Why not one shared queue: with a multi-producer queue every push is an atomic
+//! read-modify-write on a shared index plus a store into a slot line the consumer owns
+//! (a cross-core cache transfer per event), and 8 threads contend on the index. Here a
+//! push touches only lines its thread wrote last (the producer line and its slots),
+//! except the consumer's `tail`, read when the ring looks full.
+//!
+//! The consumer is whoever holds the writer lock (`Pipeline::core`): the writer thread,
+//! or a thread writing late events after shutdown. A thread that exits marks its ring
+//! retired (a `pthread_key` destructor); once drained, the ring is free and the next
+//! new thread reuses it, so memory stays bounded by the number of threads alive at once.
+
+use crate::event::Event;
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// How many slots ahead of the one written a push prefetches (see `push`).
+const PREFETCH_AHEAD: u64 = 0;
+
+const OWNED: u8 = 0;
+const RETIRED: u8 = 1;
+const FREE: u8 = 2;
+
+/// What the producer writes on every push (and reads: its stale copy of `tail`).
+#[repr(C, align(64))]
+struct ProducerLine {
+    head: AtomicU64,
+    /// The consumer's `tail` as last read; only the owner thread touches it.
+    tail_seen: Cell<u64>,
+}
+
+/// What the consumer writes once per drain.
+#[repr(C, align(64))]
+struct ConsumerLine {
+    tail: AtomicU64,
+}
+
+pub struct Ring {
+    producer: ProducerLine,
+    consumer: ConsumerLine,
+    tid: AtomicU32,
+    state: AtomicU8,
+    mask: u64,
+    slots: Box<[UnsafeCell<MaybeUninit<Event>>]>,
+}
+
+// SAFETY: `tail_seen` and the slots between tail and head are touched only by the owner
+// thread (the producer); slots between tail and head are read only by the consumer, after
+// an acquire load of head; the release store of tail hands them back.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// A ring of `capacity` events (rounded up to a power of two), owned by `tid`;
+    /// None if the memory cannot be had.
+    pub fn new(capacity: usize, tid: u32) -> Option<Ring> {
+        let cap = capacity.max(2).next_power_of_two();
+        let mut v: Vec<UnsafeCell<MaybeUninit<Event>>> = Vec::new();
+        v.try_reserve_exact(cap).ok()?;
+        v.resize_with(cap, || UnsafeCell::new(MaybeUninit::uninit()));
+        Some(Ring {
+            producer: ProducerLine {
+                head: AtomicU64::new(0),
+                tail_seen: Cell::new(0),
+            },
+            consumer: ConsumerLine {
+                tail: AtomicU64::new(0),
+            },
+            tid: AtomicU32::new(tid),
+            state: AtomicU8::new(OWNED),
+            mask: cap as u64 - 1,
+            slots: v.into_boxed_slice(),
+        })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.tid.load(Ordering::Relaxed)
+    }
+
+    /// Appends `ev`; returns the events in the ring as far as this thread knows (an
+    /// upper bound), or Err if the ring is full.
+    ///
+    /// # Safety
+    /// Only the owner thread may call it, never re-entrantly.
+    #[inline(always)]
+    pub unsafe fn push(&self, ev: &Event) -> Result<u64, ()> {
+        let head = self.producer.head.load(Ordering::Relaxed);
+        let mut tail = self.producer.tail_seen.get();
+        if head.wrapping_sub(tail) > self.mask {
+            tail = self.consumer.tail.load(Ordering::Acquire);
+            self.producer.tail_seen.set(tail);
+            if head.wrapping_sub(tail) > self.mask {
+                return Err(());
+            }
+        }
+        (*self.slots[(head & self.mask) as usize].get()).write(*ev);
+        self.producer.head.store(head + 1, Ordering::Release);
+        // The slot a few pushes ahead was last read by the writer on another core: ask
+        // for it in exclusive state now, so the store then does not wait for it (that
+        // wait would stall the program's next locked instruction).
+        prefetch_for_write(self.slots[((head + PREFETCH_AHEAD) & self.mask) as usize].get());
+        Ok(head + 1 - tail)
+    }
+
+    /// The events in the ring now (reads the consumer's tail).
+    ///
+    /// # Safety
+    /// Only the owner thread may call it.
+    #[inline]
+    pub unsafe fn refresh_used(&self) -> u64 {
+        let tail = self.consumer.tail.load(Ordering::Acquire);
+        self.producer.tail_seen.set(tail);
+        self.producer
+            .head
+            .load(Ordering::Relaxed)
+            .wrapping_sub(tail)
+    }
+
+    /// Hands every event pushed so far to `f`, oldest first; returns how many. A ring
+    /// whose thread exited becomes free once drained.
+    ///
+    /// # Safety
+    /// Only one consumer at a time (the holder of the writer lock).
+    pub unsafe fn drain(&self, mut f: impl FnMut(&Event)) -> usize {
+        // Before head: every event the thread pushed before it retired is then seen.
+        let retired = self.state.load(Ordering::Acquire) == RETIRED;
+        let tail = self.consumer.tail.load(Ordering::Relaxed);
+        let head = self.producer.head.load(Ordering::Acquire);
+        let mut at = tail;
+        while at != head {
+            // The producer wrote these lines on another core: start the next transfers
+            // while this event is handled.
+            prefetch_for_read(self.slots[((at + PREFETCH_AHEAD) & self.mask) as usize].get());
+            f((*self.slots[(at & self.mask) as usize].get()).assume_init_ref());
+            at += 1;
+        }
+        self.consumer.tail.store(head, Ordering::Release);
+        if retired {
+            self.state.store(FREE, Ordering::Release);
+        }
+        (head - tail) as usize
+    }
+
+    /// Its thread exited: no more pushes; the consumer frees it after the last drain.
+    pub fn retire(&self) {
+        self.state.store(RETIRED, Ordering::Release);
+    }
+
+    /// Takes a free ring for thread `tid` (the caller holds the registry lock).
+    fn claim_if_free(&self, tid: u32) -> bool {
+        if self.state.load(Ordering::Acquire) != FREE {
+            return false;
+        }
+        self.tid.store(tid, Ordering::Relaxed);
+        self.state.store(OWNED, Ordering::Release);
+        true
+    }
+}
+
+/// Prefetches the cache line at `p` with intent to write (`prefetchw`); a no-op on CPUs
+/// without it (it decodes as a NOP there) and on other architectures.
+#[inline(always)]
+fn prefetch_for_write<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and changes no architectural state.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+#[inline(always)]
+fn prefetch_for_read<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and changes no architectural state.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Every ring of one pipeline; rings are never freed (a free one is reused).
+pub struct Registry {
+    rings: parking_lot::Mutex<Vec<&'static Ring>>,
+    capacity: usize,
+}
+
+impl Registry {
+    pub fn new(capacity: usize) -> Registry {
+        Registry {
+            rings: parking_lot::Mutex::new(Vec::new()),
+            capacity,
+        }
+    }
+
+    /// A ring for thread `tid`: a free one, or a new one; None if none can be had.
+    pub fn claim(&self, tid: u32) -> Option<&'static Ring> {
+        let mut rings = self.rings.lock();
+        if let Some(r) = rings.iter().find(|r| r.claim_if_free(tid)) {
+            return Some(r);
+        }
+        rings.try_reserve(1).ok()?;
+        let ring: &'static Ring = Box::leak(Box::new(Ring::new(self.capacity, tid)?));
+        rings.push(ring);
+        Some(ring)
+    }
+
+    /// Drains every ring into `f(tid, event)`; returns the number of events.
+    ///
+    /// # Safety
+    /// The caller holds the writer lock (one consumer at a time).
+    pub unsafe fn drain_all(&self, mut f: impl FnMut(u32, &Event)) -> usize {
+        let rings = self.rings.lock();
+        let mut n = 0;
+        for r in rings.iter() {
+            let tid = r.tid();
+            n += r.drain(|e| f(tid, e));
+        }
+        n
+    }
+
+    /// Rings allocated so far (for tests).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.rings.lock().len()
+    }
+}
+
+/// The process-wide `pthread_key` whose destructor retires an exiting thread's ring.
+static KEY: once_cell::sync::OnceCell<libc::pthread_key_t> = once_cell::sync::OnceCell::new();
+
+extern "C" fn thread_exit(ring: *mut libc::c_void) {
+    if ring.is_null() {
+        return;
+    }
+    // SAFETY: the value was set by `note_owner` to a leaked, never-freed ring.
+    let ring = unsafe { &*(ring as *const Ring) };
+    // Later events of this thread (other keys' destructors) use the shared queue.
+    crate::guard::set_ring(crate::guard::RING_GONE);
+    ring.retire();
+}
+
+/// Arranges for `ring` to be retired when the calling thread exits; false if it cannot
+/// be (the caller then uses the shared queue instead of a ring).
+pub fn note_owner(ring: &'static Ring) -> bool {
+    let key = KEY.get_or_try_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: valid out-pointer; the destructor is an extern "C" fn that never unwinds.
+        match unsafe { libc::pthread_key_create(&mut k, Some(thread_exit)) } {
+            0 => Ok(k),
+            _ => Err(()),
+        }
+    });
+    let Ok(key) = key else { return false };
+    // SAFETY: a key from pthread_key_create; the value outlives the thread.
+    unsafe { libc::pthread_setspecific(*key, ring as *const Ring as *const libc::c_void) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventKind;
+
+    fn ev(t: u64) -> Event {
+        Event {
+            time_ns: t,
+            ..Event::new(EventKind::Alloc)
+        }
+    }
+
+    #[test]
+    fn a_ring_keeps_order_refuses_when_full_and_wraps() {
+        let r = Ring::new(5, 7).unwrap();
+        assert_eq!(r.capacity(), 8);
+        let mut got = Vec::new();
+        // SAFETY: this thread is the only producer and the only consumer.
+        unsafe {
+            for t in 0..8 {
+                assert_eq!(r.push(&ev(t)), Ok(t + 1));
+            }
+            assert_eq!(r.push(&ev(99)), Err(()));
+            assert_eq!(r.drain(|e| got.push(e.time_ns)), 8);
+            for t in 8..13 {
+                r.push(&ev(t)).unwrap();
+            }
+            assert_eq!(r.refresh_used(), 5);
+            assert_eq!(r.drain(|e| got.push(e.time_ns)), 5);
+        }
+        assert_eq!(got, (0..13).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_retired_ring_is_reused_after_its_last_drain() {
+        let reg = Registry::new(64);
+        let a = reg.claim(1).unwrap();
+        // SAFETY: this thread acts as both owner and consumer.
+        unsafe {
+            a.push(&ev(1)).unwrap();
+            a.retire();
+            // Not free before its events are drained.
+            let b = reg.claim(2).unwrap();
+            assert!(!std::ptr::eq(a, b));
+            let mut seen = Vec::new();
+            assert_eq!(reg.drain_all(|tid, e| seen.push((tid, e.time_ns))), 1);
+            assert_eq!(seen, vec![(1, 1)]);
+        }
+        let c = reg.claim(3).unwrap();
+        assert!(std::ptr::eq(a, c));
+        assert_eq!(c.tid(), 3);
+        assert_eq!(reg.len(), 2);
+    }
+
+    #[test]
+    fn a_producer_and_the_consumer_on_two_threads_lose_nothing() {
+        let reg: &'static Registry = Box::leak(Box::new(Registry::new(64)));
+        let n = 200_000u64;
+        let producer = std::thread::spawn(move || {
+            let r = reg.claim(42).unwrap();
+            for t in 0..n {
+                // SAFETY: this thread owns `r`.
+                while unsafe { r.push(&ev(t)) }.is_err() {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut next = 0u64;
+        while next < n {
+            // SAFETY: this is the only consumer.
+            unsafe {
+                reg.drain_all(|tid, e| {
+                    assert_eq!((tid, e.time_ns), (42, next));
+                    next += 1;
+                });
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(next, n);
+    }
+}
