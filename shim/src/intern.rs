@@ -1,5 +1,5 @@
 //! Stack interning on the allocating thread, so an event carries a stack id instead of
-//! its frames (a queue slot is 80 bytes, not 1 KiB).
+//! its frames (a ring slot is 64 bytes, not 1 KiB).
 //!
 //! ```text
 //!  frames ─► 64-bit hash ─► this thread's direct-mapped cache (512 slots, no lock)

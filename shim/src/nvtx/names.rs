@@ -1,6 +1,6 @@
 //! NVTX strings (range and mark messages, domain names, registered strings): read from the
 //! program's pointers, bounded (`ascii`, `wide`), and interned, so an NVTX event carries a
-//! name id, not the text (a queue slot is 80 bytes).
+//! name id, not the text (a ring slot is 64 bytes).
 //!
 //! ```text
 //!  bytes ─► 64-bit hash ─► this thread's direct-mapped cache (64 slots, no lock)
