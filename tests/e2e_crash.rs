@@ -543,18 +543,23 @@ fn underscore_exit_and_underscore_capital_exit_complete_the_trace_first() {
 // ---------------------------------------------------------------------------------------------
 // 4. Frees after the final flush
 
-#[test]
-fn frees_made_by_an_exit_handler_that_runs_after_the_profilers_are_recorded() {
-    let expected = "allocs=2\nlate_frees=2\n";
-    let p = run_within(plain("late_free", &[]), LIMIT);
+/// Runs test program `name` without and then under the shim: both exit 0 and print
+/// `expected`. Returns the trace.
+fn same_output_under_the_shim(name: &str, expected: &str) -> PathBuf {
+    let p = run_within(plain(name, &[]), LIMIT);
     assert_eq!(p.status.code(), Some(0), "{}", p.stderr);
     assert_eq!(p.stdout, expected);
 
-    let dir = scratch("crash_late_free");
-    let trace = dir.join("late_free.trace");
-    let run = run_within(under_shim("late_free", &[], &trace, &[]), LIMIT);
+    let trace = scratch(&format!("crash_{name}")).join(format!("{name}.trace"));
+    let run = run_within(under_shim(name, &[], &trace, &[]), LIMIT);
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
     assert_eq!(run.stdout, expected);
+    trace
+}
+
+#[test]
+fn frees_made_by_an_exit_handler_that_runs_after_the_profilers_are_recorded() {
+    let trace = same_output_under_the_shim("late_free", "allocs=2\nlate_frees=2\n");
 
     let leaks = report("leaks", &trace, &[]);
     assert_eq!(leaks["trace"]["complete"], true);
@@ -569,16 +574,7 @@ fn frees_made_by_an_exit_handler_that_runs_after_the_profilers_are_recorded() {
 
 #[test]
 fn frees_made_by_a_thread_exit_destructor_after_the_ring_is_retired_are_recorded() {
-    let expected = "threads=3 exit_frees=3\n";
-    let p = run_within(plain("thread_exit_free", &[]), LIMIT);
-    assert_eq!(p.status.code(), Some(0), "{}", p.stderr);
-    assert_eq!(p.stdout, expected);
-
-    let dir = scratch("crash_thread_exit_free");
-    let trace = dir.join("thread_exit_free.trace");
-    let run = run_within(under_shim("thread_exit_free", &[], &trace, &[]), LIMIT);
-    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
-    assert_eq!(run.stdout, expected);
+    let trace = same_output_under_the_shim("thread_exit_free", "threads=3 exit_frees=3\n");
 
     let (_, records) = decode(&trace);
     let t = tally(&records);

@@ -250,11 +250,75 @@ impl Held {
     }
 }
 
+/// Stack ids below this are counted in a vector indexed by id: the shim numbers stacks
+/// from 1 up, so the usual ids are small and dense, and indexing is cheaper than hashing
+/// (BENCHMARKS.md, "fourth session"). Larger ids go to a map. The bound keeps a hostile
+/// trace's vector at 1 MiB per row.
+const DENSE_STACK_IDS: u64 = 1 << 16;
+
+/// Live bytes and allocations per stack (a `Site` less its stack). A stack is live when
+/// its count is not zero.
+#[derive(Debug, Default)]
+struct StackTally {
+    dense: Vec<(u64, u64)>,
+    sparse: FastMap<u64, (u64, u64)>,
+}
+
+impl StackTally {
+    #[inline]
+    fn add(&mut self, stack: u64, size: u64) {
+        let (bytes, count) = if stack < DENSE_STACK_IDS {
+            let i = stack as usize;
+            if i >= self.dense.len() {
+                let len = (i + 1).next_power_of_two().max(256);
+                self.dense.resize(len.min(DENSE_STACK_IDS as usize), (0, 0));
+            }
+            &mut self.dense[i]
+        } else {
+            self.sparse.entry(stack).or_default()
+        };
+        *bytes = bytes.saturating_add(size);
+        *count += 1;
+    }
+
+    #[inline]
+    fn remove(&mut self, stack: u64, size: u64) {
+        let fewer = |(bytes, count): &mut (u64, u64)| {
+            *bytes = bytes.saturating_sub(size);
+            *count = count.saturating_sub(1);
+            *count == 0
+        };
+        if stack < DENSE_STACK_IDS {
+            if let Some(e) = self.dense.get_mut(stack as usize) {
+                fewer(e);
+            }
+        } else if let Entry::Occupied(mut e) = self.sparse.entry(stack) {
+            if fewer(e.get_mut()) {
+                e.remove();
+            }
+        }
+    }
+
+    /// The live stacks, in no particular order.
+    fn sites(&self) -> impl Iterator<Item = Site> + '_ {
+        let dense = self.dense.iter().enumerate();
+        let dense = dense.map(|(stack, &tally)| (stack as u64, tally));
+        let sparse = self.sparse.iter().map(|(&stack, &tally)| (stack, tally));
+        dense
+            .chain(sparse)
+            .filter(|&(_, (_, count))| count != 0)
+            .map(|(stack, (bytes, count))| Site {
+                stack,
+                bytes,
+                count,
+            })
+    }
+}
+
 #[derive(Debug, Default)]
 struct RowState {
     counters: Counters,
-    /// Live bytes and allocations per stack (a `Site` less its stack, which is the key).
-    live_by_stack: FastMap<u64, (u64, u64)>,
+    live_by_stack: StackTally,
     /// An allocation made a new high-water mark and no free has followed yet.
     peak_pending: bool,
     peak_sites: Vec<Site>,
@@ -263,13 +327,7 @@ struct RowState {
 impl RowState {
     fn snapshot_peak(&mut self) {
         self.peak_sites.clear();
-        let sites = self.live_by_stack.iter();
-        self.peak_sites
-            .extend(sites.map(|(&stack, &(bytes, count))| Site {
-                stack,
-                bytes,
-                count,
-            }));
+        self.peak_sites.extend(self.live_by_stack.sites());
         self.peak_pending = false;
     }
 }
@@ -450,9 +508,7 @@ impl Replay {
         if row.counters.add(a.size, a.time_ns) {
             row.peak_pending = true;
         }
-        let (bytes, count) = row.live_by_stack.entry(a.stack).or_default();
-        *bytes = bytes.saturating_add(a.size);
-        *count += 1;
+        row.live_by_stack.add(a.stack, a.size);
         if a.kind.is_memory() {
             let new_peak = self.totals.add(a.size, a.time_ns);
             if new_peak {
@@ -514,14 +570,7 @@ impl Replay {
             row.snapshot_peak();
         }
         row.counters.remove(freed.size);
-        if let Entry::Occupied(mut e) = row.live_by_stack.entry(freed.stack) {
-            let (bytes, count) = e.get_mut();
-            *bytes = bytes.saturating_sub(freed.size);
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                e.remove();
-            }
-        }
+        row.live_by_stack.remove(freed.stack, freed.size);
         if freed.kind.is_memory() {
             if let Some(ranges) = self.ranges.as_deref_mut() {
                 ranges.release(&freed);
@@ -817,6 +866,36 @@ mod tests {
             ]
         );
         assert_eq!(row.counters.live_bytes, 250);
+    }
+
+    /// Stack ids counted in the dense vector and in the map give the same sites; a stack
+    /// whose allocations were all freed is not a site.
+    #[test]
+    fn peak_sites_count_small_and_large_stack_ids_alike() {
+        let big = DENSE_STACK_IDS + 5;
+        let r = run(vec![
+            alloc(1, 0, D, 0xa, 100, 3),
+            alloc(2, 0, D, 0xb, 10, 9),
+            free(3, 0xb),
+            alloc(4, 0, D, 0xc, 40, big),
+            alloc(5, 0, D, 0xd, 60, big),
+            alloc(6, 0, D, 0xe, 7, 3),
+            free(7, 0xc),
+        ]);
+        let site = |stack, bytes, count| Site {
+            stack,
+            bytes,
+            count,
+        };
+        let row = &r.rows[0];
+        assert_eq!(
+            (row.counters.peak_bytes, row.counters.peak_time_ns),
+            (207, 6)
+        );
+        assert_eq!(
+            sorted(row.peak_sites.clone()),
+            vec![site(3, 107, 2), site(big, 100, 2)]
+        );
     }
 
     #[test]

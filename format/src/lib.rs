@@ -34,6 +34,16 @@
 //!  9 PyCode:      id, first_line, filename_len, filename bytes, name_len, name bytes
 //! 10 Nvtx:        dt*, tid, op, domain, name, range
 //! 11 NvtxString:  id, len, UTF-8 bytes
+//! 12 PackedAlloc: mask, dt, [tid], [api], [kind], [device(zz)], [stream], [pool],
+//!                 address delta(zz), size, stack
+//! 13 PackedFree:  mask, dt, [tid], [api], [stream], address delta(zz), stack, [result],
+//!                 [flags], [kind], [size]
+//!
+//! Version 2 writes every alloc and free as a packed record (kinds 12 and 13, specified in
+//! `packed`): a bracketed field is there only when it differs from the block's running
+//! value, which the mask byte says. Readers still decode kinds 1 and 2 (all of version 1's
+//! events). The version changed because a version-1 reader would skip the new kinds by
+//! their length and silently lose every event; it refuses the file instead.
 //!
 //! `dt*` of an Nvtx record is a zigzag delta from the block's running event time that
 //! does not advance it: a reader that skips kind 10 still decodes every later delta.
@@ -41,6 +51,7 @@
 //! A stack frame word with the top bit set is a Python frame (`python_frame`): code id
 //! in bits 24..63, line in bits 0..24.
 
+pub mod packed;
 mod reader;
 pub mod record;
 pub mod template;
@@ -54,7 +65,7 @@ pub use writer::{compress_block, write_preamble, BlockEncoder, TraceWriter};
 /// First bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"GPUMEMPF";
 /// Format version written by this crate; readers refuse anything newer.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Record kind tags.
 pub mod kind {
@@ -69,6 +80,8 @@ pub mod kind {
     pub const PY_CODE: u8 = 9;
     pub const NVTX: u8 = 10;
     pub const NVTX_STRING: u8 = 11;
+    pub const PACKED_ALLOC: u8 = 12;
+    pub const PACKED_FREE: u8 = 13;
 }
 
 /// The JSON header may not exceed this (real headers are a few KiB; argv is capped by the shim).

@@ -13,6 +13,7 @@ use std::path::Path;
 use zstd::bulk::Decompressor;
 use zstd::zstd_safe;
 
+use crate::packed::Running;
 use crate::record::Record;
 use crate::varint::Cursor;
 use crate::{kind, FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN};
@@ -120,6 +121,8 @@ pub struct TraceReader<R: Read> {
     raw_pos: usize,
     /// Running event time of the current block (delta base).
     last_time: u64,
+    /// Running values of the current block's packed records.
+    run: Running,
     /// File offset of the current block, for error messages.
     block_start: u64,
 }
@@ -175,6 +178,7 @@ impl<R: Read> TraceReader<R> {
             raw_end: 0,
             raw_pos: 0,
             last_time: 0,
+            run: Running::default(),
             block_start: pos,
         })
     }
@@ -221,7 +225,19 @@ impl<R: Read> TraceReader<R> {
                     let (at, len) = (start + 2, usize::from(n));
                     let data = self.raw.get(at..).unwrap_or_default();
                     if n < 0x80 && len <= rest.len() - 2 {
-                        if k == kind::ALLOC {
+                        if k == kind::PACKED_ALLOC {
+                            let (t, run) = (&mut self.last_time, &mut self.run);
+                            if let Some(a) = decode::packed_alloc_fast(data, len, t, run) {
+                                self.raw_pos = at + len;
+                                return Ok(Some(Record::Alloc(a)));
+                            }
+                        } else if k == kind::PACKED_FREE {
+                            let (t, run) = (&mut self.last_time, &mut self.run);
+                            if let Some(f) = decode::packed_free_fast(data, len, t, run) {
+                                self.raw_pos = at + len;
+                                return Ok(Some(Record::Free(f)));
+                            }
+                        } else if k == kind::ALLOC {
                             if let Some(a) = decode::alloc(data, len, &mut self.last_time) {
                                 self.raw_pos = at + len;
                                 return Ok(Some(Record::Alloc(a)));
@@ -262,7 +278,8 @@ impl<R: Read> TraceReader<R> {
                 let at = c.pos();
                 self.raw_pos = start + at + len as usize;
                 // The payload and, to be looked at only, the rest of the block.
-                decode::decode(k, &rest[at..], len as usize, &mut self.last_time)
+                let (last_time, run) = (&mut self.last_time, &mut self.run);
+                decode::decode(k, &rest[at..], len as usize, last_time, run)
             }
             (Ok(k), Ok(len)) => Err(format!(
                 "record of kind {k}: payload length {len} runs past the end of the block"
@@ -307,6 +324,7 @@ impl<R: Read> TraceReader<R> {
         self.pos += 4 + len as u64;
         self.decompress()?;
         self.last_time = 0;
+        self.run = Running::default();
         self.blocks_read += 1;
         self.bytes_read = self.pos;
         Ok(())

@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use zstd::bulk::Compressor;
 use zstd::zstd_safe::{self, CParameter};
 
+use crate::packed::Running;
 use crate::record::{
     Alloc, AllocFailed, Free, Module, Nvtx, PyCode, Record, Sample, Stats, MAX_NVTX_STRING,
     MAX_PY_STRING,
@@ -30,7 +31,24 @@ pub struct BlockEncoder {
     scratch: Vec<u8>,
     /// Time of the previous event in this block (base of the next delta).
     last_time: u64,
+    /// The block's running values for packed records (`packed.rs`).
+    run: Running,
     records: u64,
+}
+
+/// Writes `v` as a varint at `p`; returns the byte after it.
+///
+/// # Safety
+/// `p` must have 10 writable bytes.
+#[inline(always)]
+unsafe fn put_raw(mut p: *mut u8, mut v: u64) -> *mut u8 {
+    while v >= 0x80 {
+        *p = (v as u8) | 0x80;
+        p = p.add(1);
+        v >>= 7;
+    }
+    *p = v as u8;
+    p.add(1)
 }
 
 impl BlockEncoder {
@@ -68,14 +86,8 @@ impl BlockEncoder {
             *base = kind;
             let payload = base.add(2);
             let mut p = payload;
-            for mut v in fields {
-                while v >= 0x80 {
-                    *p = (v as u8) | 0x80;
-                    p = p.add(1);
-                    v >>= 7;
-                }
-                *p = v as u8;
-                p = p.add(1);
+            for v in fields {
+                p = put_raw(p, v);
             }
             let n = p.offset_from(payload) as usize;
             *base.add(1) = n as u8;
@@ -84,42 +96,140 @@ impl BlockEncoder {
         self.records += 1;
     }
 
-    pub fn alloc(&mut self, a: &Alloc) {
-        let dt = self.delta(a.time_ns);
-        self.small_record(
-            kind::ALLOC,
-            [
-                dt,
-                a.tid.into(),
-                a.api.into(),
-                a.kind.to_u8().into(),
-                zigzag(a.device.into()),
-                a.address,
-                a.size,
-                a.stream,
-                a.pool,
-                a.stack,
-            ],
-        );
+    /// Starts a packed record (`packed.rs`) of `kind`: makes room for it, writes the kind
+    /// and returns the record's first byte. The payload starts 3 bytes on, after the
+    /// length and the mask; `packed_end` completes the record.
+    #[inline(always)]
+    fn packed_start(&mut self, kind: u8) -> *mut u8 {
+        // Mask plus at most 10 fields: 1 + 10 * 10 payload bytes, so a one-byte length.
+        self.buf.reserve(3 + 10 * 10);
+        // SAFETY: `reserve` made room for these bytes past the length.
+        unsafe {
+            let base = self.buf.as_mut_ptr().add(self.buf.len());
+            *base = kind;
+            base
+        }
     }
 
+    /// Completes the packed record started at `base` whose fields end at `end`.
+    ///
+    /// # Safety
+    /// `base` comes from `packed_start` with no other change to the block since, and
+    /// `[base + 3, end)` holds at most 100 bytes written since.
+    #[inline(always)]
+    unsafe fn packed_end(&mut self, base: *mut u8, mask: u8, end: *mut u8) {
+        *base.add(2) = mask;
+        let n = end.offset_from(base.add(2)) as usize;
+        *base.add(1) = n as u8;
+        let len = self.buf.len();
+        self.buf.set_len(len + 2 + n);
+        self.records += 1;
+    }
+
+    /// A successful allocation, as a packed record (kind 12).
+    pub fn alloc(&mut self, a: &Alloc) {
+        use crate::packed::alloc_bit as bit;
+        let dt = self.delta(a.time_ns);
+        let address = zigzag(a.address.wrapping_sub(self.run.address) as i64);
+        let kind = a.kind.to_u8();
+        let run = self.run;
+        let base = self.packed_start(kind::PACKED_ALLOC);
+        let mut mask = 0;
+        // SAFETY: at most 10 varints of at most 10 bytes each after `base + 3`.
+        unsafe {
+            let mut p = put_raw(base.add(3), dt);
+            if a.tid != run.tid {
+                mask |= bit::TID;
+                p = put_raw(p, a.tid.into());
+            }
+            if a.api != run.alloc_api {
+                mask |= bit::API;
+                p = put_raw(p, a.api.into());
+            }
+            if kind != run.kind {
+                mask |= bit::KIND;
+                p = put_raw(p, kind.into());
+            }
+            if a.device != run.device {
+                mask |= bit::DEVICE;
+                p = put_raw(p, zigzag(a.device.into()));
+            }
+            if a.stream != run.stream {
+                mask |= bit::STREAM;
+                p = put_raw(p, a.stream);
+            }
+            if a.pool != run.pool {
+                mask |= bit::POOL;
+                p = put_raw(p, a.pool);
+            }
+            p = put_raw(p, address);
+            p = put_raw(p, a.size);
+            p = put_raw(p, a.stack);
+            self.packed_end(base, mask, p);
+        }
+        self.run = Running {
+            tid: a.tid,
+            alloc_api: a.api,
+            kind,
+            device: a.device,
+            stream: a.stream,
+            pool: a.pool,
+            address: a.address,
+            ..run
+        };
+    }
+
+    /// A call to a free function, as a packed record (kind 13).
     pub fn free(&mut self, f: &Free) {
+        use crate::packed::free_bit as bit;
         let dt = self.delta(f.time_ns);
-        self.small_record(
-            kind::FREE,
-            [
-                dt,
-                f.tid.into(),
-                f.api.into(),
-                f.address,
-                f.stream,
-                f.stack,
-                f.result.into(),
-                f.flags.into(),
-                f.kind.to_u8().into(),
-                f.size,
-            ],
-        );
+        let address = zigzag(f.address.wrapping_sub(self.run.address) as i64);
+        let kind = f.kind.to_u8();
+        let run = self.run;
+        let base = self.packed_start(kind::PACKED_FREE);
+        let mut mask = 0;
+        // SAFETY: at most 10 varints of at most 10 bytes each after `base + 3`.
+        unsafe {
+            let mut p = put_raw(base.add(3), dt);
+            if f.tid != run.tid {
+                mask |= bit::TID;
+                p = put_raw(p, f.tid.into());
+            }
+            if f.api != run.free_api {
+                mask |= bit::API;
+                p = put_raw(p, f.api.into());
+            }
+            if f.stream != run.stream {
+                mask |= bit::STREAM;
+                p = put_raw(p, f.stream);
+            }
+            p = put_raw(p, address);
+            p = put_raw(p, f.stack);
+            if f.result != 0 {
+                mask |= bit::RESULT;
+                p = put_raw(p, f.result.into());
+            }
+            if f.flags != 0 {
+                mask |= bit::FLAGS;
+                p = put_raw(p, f.flags.into());
+            }
+            if kind != 0 {
+                mask |= bit::KIND;
+                p = put_raw(p, kind.into());
+            }
+            if f.size != 0 {
+                mask |= bit::SIZE;
+                p = put_raw(p, f.size);
+            }
+            self.packed_end(base, mask, p);
+        }
+        self.run = Running {
+            tid: f.tid,
+            free_api: f.api,
+            stream: f.stream,
+            address: f.address,
+            ..run
+        };
     }
 
     pub fn alloc_failed(&mut self, a: &AllocFailed) {
@@ -309,6 +419,7 @@ impl BlockEncoder {
     pub fn clear(&mut self) {
         self.buf.clear();
         self.last_time = 0;
+        self.run = Running::default();
         self.records = 0;
     }
 }

@@ -406,13 +406,141 @@ fn exact_encoding() {
         kind: MemKind::Device,
         size: 0,
     });
-    // dt = zigzag(10) = 20, then zigzag(-3) = 5.
-    let one = [kind::FREE, 10, 20, 1, 2, 3, 4, 5, 6, 1, 0, 0];
-    let two = [kind::FREE, 10, 5, 1, 2, 3, 4, 5, 6, 1, 0, 0];
+    // Packed frees (kind 13). The first: dt = zigzag(10) = 20, and every field that
+    // differs from the block's zeroed running values: mask tid|api|stream|result|flags,
+    // then tid, api, stream, address delta zigzag(3) = 6, stack, result, flags.
+    let one = [kind::PACKED_FREE, 9, 0b1_1111, 20, 1, 2, 4, 6, 5, 6, 1];
+    // The second repeats tid, api, stream and address: dt = zigzag(-3) = 5, address
+    // delta 0; result and flags are not running values, so they are written again.
+    let two = [kind::PACKED_FREE, 6, 0b1_1000, 5, 0, 5, 6, 1];
     assert_eq!(e.raw(), [&one[..], &two[..]].concat());
     e.clear();
     e.stack(9, &[100, 90, 110]);
     assert_eq!(e.raw(), &[kind::STACK, 5, 9, 3, 100, 19, 40]);
+}
+
+/// Packed allocs write only what changed since the block's previous event; the address
+/// is a delta from the previous event's (alloc or free) and the running values start
+/// again at zero in every block, so each block reads on its own.
+#[test]
+fn packed_allocs_write_what_changed_and_restart_each_block() {
+    let a = |time_ns, tid, device, address, stream| Alloc {
+        time_ns,
+        tid,
+        api: 1,
+        kind: MemKind::Managed,
+        device,
+        address,
+        size: 300,
+        stream,
+        pool: 0,
+        stack: 7,
+    };
+    let mut e = BlockEncoder::new();
+    e.alloc(&a(5, 9, -1, 0x1000, 0));
+    // tid|api|kind|device: tid 9, api 1, kind 1 (managed), device zigzag(-1) = 1;
+    // address zigzag(0x1000) = 0x2000 = [0x80, 0x40]; size 300 = [0xac, 0x02]; stack 7.
+    let first = [
+        kind::PACKED_ALLOC,
+        11,
+        0b1111,
+        10,
+        9,
+        1,
+        1,
+        1,
+        0x80,
+        0x40,
+        0xac,
+        0x02,
+        7,
+    ];
+    assert_eq!(e.raw(), first);
+    let start = e.len();
+    // Same thread, device and kind; a new stream; the address 16 bytes lower.
+    e.alloc(&a(6, 9, -1, 0x1000 - 16, 3));
+    let second = [kind::PACKED_ALLOC, 7, 0b1_0000, 2, 3, 31, 0xac, 0x02, 7];
+    assert_eq!(&e.raw()[start..], second);
+    // A free of it: the same stream and address.
+    let start = e.len();
+    e.free(&Free {
+        time_ns: 6,
+        tid: 9,
+        api: 2,
+        address: 0x1000 - 16,
+        stream: 3,
+        stack: 7,
+        result: 0,
+        flags: 0,
+        kind: MemKind::Device,
+        size: 0,
+    });
+    assert_eq!(&e.raw()[start..], [kind::PACKED_FREE, 5, 0b10, 0, 2, 0, 7]);
+    // A new block: the first record spells everything out again.
+    e.clear();
+    e.alloc(&a(5, 9, -1, 0x1000, 0));
+    assert_eq!(e.raw(), first);
+    let blocks = vec![
+        vec![
+            Record::Alloc(a(5, 9, -1, 0x1000, 0)),
+            Record::Alloc(a(6, 9, -1, 0x0ff0, 3)),
+        ],
+        vec![
+            Record::Alloc(a(7, 9, -1, 0x0ff0, 3)),
+            Record::Alloc(a(8, 4, 2, 0x0fe0, 3)),
+        ],
+    ];
+    let bytes = write_trace(&blocks);
+    let (recs, r) = read_all(&bytes).unwrap();
+    assert_eq!(recs, blocks.concat());
+    assert_eq!(r.blocks_read(), 2);
+}
+
+/// Version-1 traces (every field of every alloc and free, kinds 1 and 2) still read.
+#[test]
+fn version_one_events_still_read() {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&MAGIC);
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&2u32.to_le_bytes());
+    bytes.extend_from_slice(b"{}");
+    let raw = [
+        rec(kind::ALLOC, &[20, 1, 2, 0, 0, 0x1000, 64, 0, 0, 3]),
+        rec(kind::FREE, &[2, 1, 3, 0x1000, 0, 3, 0, 0, 0, 0]),
+    ]
+    .concat();
+    bytes.extend_from_slice(&block(&raw));
+    let (recs, r) = read_all(&bytes).unwrap();
+    assert_eq!(r.version(), 1);
+    assert_eq!(
+        recs,
+        vec![
+            Record::Alloc(Alloc {
+                time_ns: 10,
+                tid: 1,
+                api: 2,
+                kind: MemKind::Device,
+                device: 0,
+                address: 0x1000,
+                size: 64,
+                stream: 0,
+                pool: 0,
+                stack: 3,
+            }),
+            Record::Free(Free {
+                time_ns: 11,
+                tid: 1,
+                api: 3,
+                address: 0x1000,
+                stream: 0,
+                stack: 3,
+                result: 0,
+                flags: 0,
+                kind: MemKind::Device,
+                size: 0,
+            }),
+        ]
+    );
 }
 
 #[test]
@@ -663,6 +791,27 @@ fn corrupt_records_are_reported() {
     }
     corrupt_case(&rec(kind::FREE, &[0, 1, 2, 3, 4, 5, 1 << 32, 0]));
     corrupt_case(&rec(kind::FREE, &[0, 1, 2, 3, 4, 5, 0, 256]));
+    // Packed records: cut short, and fields out of range (mask tid, tid 2^32; mask
+    // api, api 2^16; mask kind, kind 256; mask flags, flags 256).
+    let e = corrupt_case(&rec(kind::PACKED_ALLOC, &[0, 2, 6, 300]));
+    assert!(
+        e.to_string().contains("packed alloc record, field stack"),
+        "{e}"
+    );
+    let e = corrupt_case(&rec(kind::PACKED_FREE, &[]));
+    assert!(
+        e.to_string().contains("packed free record, field mask"),
+        "{e}"
+    );
+    for (kind, fields) in [
+        (kind::PACKED_ALLOC, [1, 0, 1 << 32, 0, 0, 0]),
+        (kind::PACKED_ALLOC, [2, 0, 1 << 16, 0, 0, 0]),
+        (kind::PACKED_ALLOC, [4, 0, 256, 0, 0, 0]),
+        (kind::PACKED_FREE, [16, 0, 0, 0, 256, 0]),
+    ] {
+        let e = corrupt_case(&rec(kind, &fields));
+        assert!(e.to_string().contains("out of range"), "{e}");
+    }
     // Stack too deep, and frame count larger than the payload.
     let deep: Vec<u64> = [1, 1025]
         .into_iter()
@@ -733,7 +882,7 @@ fn preamble_errors() {
     ));
     assert_eq!(
         e.to_string(),
-        "trace format version 7 is newer than this analyzer supports (1): upgrade gpumemprof"
+        "trace format version 7 is newer than this analyzer supports (2): upgrade gpumemprof"
     );
     newer[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(

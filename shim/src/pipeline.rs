@@ -62,7 +62,9 @@ const REORDER_WINDOW_NS: u64 = 2_000_000;
 const REORDER_MAX: usize = 1 << 20;
 /// Slots of the shared queue (threads without a ring).
 const SHARED_QUEUE: usize = 1024;
-/// zstd level: 3 is zstd's default, fast enough for millions of events/s.
+/// zstd level. Level 1 compresses packed event records smaller than level 3 does (3.24
+/// against 3.49 bytes per event on the analyzer benchmark's training loop) and in half
+/// the time (BENCHMARKS.md, "fourth session").
 pub const ZSTD_LEVEL: i32 = 1;
 
 /// An event in the shared queue, with its thread.
@@ -694,22 +696,54 @@ impl Pipeline {
         }
     }
 
-    /// The ring is full: wakes the writer and waits for room (counted once per event).
-    /// Returns the ring's fill after the push, or None if the writer had finished and
-    /// this thread wrote the event itself.
+    /// The ring is full: waits for room (`wait_for_writer`). Returns the ring's fill
+    /// after the push, or None if the writer had finished and this thread wrote the event
+    /// itself.
     #[cold]
     fn wait_for_room(&self, ring: &Ring, tid: u32, ev: &Event) -> Option<u64> {
+        // SAFETY: the caller owns the ring.
+        let used = self.wait_for_writer(|| unsafe { ring.push(ev) }.ok());
+        if used.is_none() {
+            self.write_late(Some((tid, ev)));
+        }
+        used
+    }
+
+    /// The shared queue, for a thread without a ring: waits while it is full.
+    #[cold]
+    fn push_shared(&self, tid: u32, ev: &Event) {
+        let mut item = Some(Tagged { tid, ev: *ev });
+        let mut push = || match self.queue.push(item.take()?) {
+            Ok(()) => Some(()),
+            Err(back) => {
+                item = Some(back);
+                None
+            }
+        };
+        if push().is_none() && self.wait_for_writer(&mut push).is_none() {
+            self.write_late(Some((tid, ev)));
+            return;
+        }
+        self.after_push();
+        if self.writer_sleeping.load(Ordering::Relaxed) && self.queue.len() >= SHARED_QUEUE / 4 {
+            self.wake_writer();
+        }
+    }
+
+    /// A full ring or queue: counts one queue wait, then wakes the writer and retries
+    /// `push` until it succeeds, spinning first (the writer frees a whole ring in one
+    /// drain, a few microseconds once it runs), then yielding, then sleeping briefly.
+    /// `None` when the writer finished first: the caller writes the event itself.
+    #[cold]
+    fn wait_for_writer<T>(&self, mut push: impl FnMut() -> Option<T>) -> Option<T> {
         self.queue_waits.fetch_add(1, Ordering::Relaxed);
         let mut spins = 0u32;
         loop {
             if self.writer_done.load(Ordering::Acquire) {
-                self.write_late(Some((tid, ev)));
                 return None;
             }
             self.writer_sleeping.store(true, Ordering::Release);
             self.wake_writer();
-            // The writer frees the whole ring in one drain, a few microseconds once it
-            // runs: spin that long before giving the CPU away, then sleep briefly.
             spins += 1;
             if spins < 4096 {
                 std::hint::spin_loop();
@@ -718,48 +752,9 @@ impl Pipeline {
             } else {
                 std::thread::sleep(Duration::from_micros(20));
             }
-            // SAFETY: the caller owns the ring.
-            if let Ok(used) = unsafe { ring.push(ev) } {
-                return Some(used);
+            if let Some(done) = push() {
+                return Some(done);
             }
-        }
-    }
-
-    /// The shared queue, for a thread without a ring: waits while it is full.
-    #[cold]
-    fn push_shared(&self, tid: u32, ev: &Event) {
-        let mut item = Tagged { tid, ev: *ev };
-        let mut waited = false;
-        let mut spins = 0u32;
-        loop {
-            match self.queue.push(item) {
-                Ok(()) => break,
-                Err(back) => {
-                    item = back;
-                    if !waited {
-                        waited = true;
-                        self.queue_waits.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if self.writer_done.load(Ordering::Acquire) {
-                        self.write_late(Some((item.tid, &item.ev)));
-                        return;
-                    }
-                    self.writer_sleeping.store(true, Ordering::Release);
-                    self.wake_writer();
-                    spins += 1;
-                    if spins < 64 {
-                        std::hint::spin_loop();
-                    } else if spins < 256 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(50));
-                    }
-                }
-            }
-        }
-        self.after_push();
-        if self.writer_sleeping.load(Ordering::Relaxed) && self.queue.len() >= SHARED_QUEUE / 4 {
-            self.wake_writer();
         }
     }
 

@@ -29,7 +29,7 @@ use gpumemprof_format::{
 };
 
 /// Bumped whenever the generated records change, so a cached trace is regenerated.
-pub const GENERATOR_VERSION: u64 = 1;
+pub const GENERATOR_VERSION: u64 = 2;
 
 const LAYERS: usize = 128;
 const OPS: usize = 6;
@@ -38,7 +38,7 @@ const PARAM_SITES: usize = 400;
 const PARAMS_PER_SITE: usize = 5;
 const LEAK_SITES: usize = 3;
 /// What the shim writes (`pipeline::ZSTD_LEVEL`).
-const ZSTD_LEVEL: i32 = 3;
+const ZSTD_LEVEL: i32 = 1;
 
 /// API ids of the header's `apis` table below.
 const CUDA_MALLOC: u16 = 1;
