@@ -131,3 +131,61 @@ fn fast_stacks_without_frame_pointers_name_every_function_in_order() {
     // Down to the C library's start code: nothing cut short.
     assert!(functions.contains(&"__libc_start_main"), "{functions:?}");
 }
+
+/// Each alloc and free event of a trace, in order: its kind and its stack's frames, each
+/// frame as (module path, offset from the module's start), so that two runs of a program
+/// compare despite address-space randomisation.
+fn events_with_frames(records: &[Record]) -> Vec<(&'static str, Vec<(String, u64)>)> {
+    let mut stacks = std::collections::HashMap::new();
+    let mut modules = Vec::new();
+    let mut events = Vec::new();
+    for r in records {
+        match r {
+            Record::Stack { id, frames } => {
+                stacks.insert(*id, frames.clone());
+            }
+            Record::Module(m) => modules.push(m.clone()),
+            Record::Alloc(_) | Record::Free(_) => {
+                let (kind, stack) = match r {
+                    Record::Alloc(a) => ("alloc", a.stack),
+                    Record::Free(f) => ("free", f.stack),
+                    _ => unreachable!(),
+                };
+                let frames = stacks.get(&stack).expect("defined before use");
+                let place = |&a: &u64| {
+                    let m = modules.iter().find(|m| a >= m.start && a < m.end);
+                    m.map_or((String::from("?"), a), |m| (m.path.clone(), a - m.start))
+                };
+                events.push((kind, frames.iter().map(place).collect()));
+            }
+            _ => {}
+        }
+    }
+    events
+}
+
+/// The fast unwinder reuses a stack's id while its memo matches from the first state
+/// (the frames are the memo's): every event of a loop must still name the frames that
+/// libgcc finds for it. `GPUMEMPROF_UNWIND=slow` unwinds every event with libgcc and
+/// interns every stack; the fast run must give each event the same frames, in order.
+#[test]
+fn reused_stack_ids_name_the_same_frames_as_libgcc_finds() {
+    let run_with = |mode: &str| {
+        let dir = scratch(&format!("unwind_reuse_{mode}"));
+        // 1000 warm-up and 2000 timed pairs, 20 frames of recurse() under each.
+        let args = ["cuda", "20", "2000", "4096"];
+        let run = run_profiled(&dir, "bench_loop", &args, &[("GPUMEMPROF_UNWIND", mode)]);
+        assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+        decode(&run.trace).1
+    };
+    let (fast, slow) = (run_with("fast"), run_with("slow"));
+    let (fast, slow) = (events_with_frames(&fast), events_with_frames(&slow));
+    assert_eq!(fast.len(), 6000);
+    assert_eq!(fast, slow);
+    // The loop's allocs and frees have different stacks, at least 24 frames deep.
+    let alloc = &fast[5998];
+    let free = &fast[5999];
+    assert_eq!((alloc.0, free.0), ("alloc", "free"));
+    assert_ne!(alloc.1, free.1);
+    assert!(alloc.1.len() >= 24, "{}", alloc.1.len());
+}

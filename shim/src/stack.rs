@@ -55,18 +55,21 @@ pub fn shim_anchor() -> u64 {
 }
 
 /// Fills `out` with up to `out.len()` return addresses of the caller's stack, innermost
-/// first, and returns how many were written (those are initialised).
+/// first, and returns how many were written (those are initialised). With the fast
+/// unwinder it also returns the memo slot whose frames these are when the walk met one at
+/// its first state (`unwind::capture_memo`): the caller may then reuse the stack id it
+/// noted for that memo instead of interning the frames again.
 #[inline(never)]
-pub fn capture(out: &mut [MaybeUninit<u64>]) -> usize {
+pub fn capture_memo(out: &mut [MaybeUninit<u64>]) -> (usize, Option<usize>) {
     let lo = SHIM_START.load(Ordering::Relaxed);
     let hi = SHIM_END.load(Ordering::Relaxed);
     match MODE.load(Ordering::Relaxed) {
-        FAST => match unwind::capture(out, lo, hi) {
-            Some(n) => n,
-            None => capture_slow(out),
+        FAST => match unwind::capture_memo(out, lo, hi) {
+            Some(hit) => hit,
+            None => (capture_slow(out), None),
         },
-        SLOW => capture_slow(out),
-        _ => check::capture_both(out, lo, hi),
+        SLOW => (capture_slow(out), None),
+        _ => (check::capture_both(out, lo, hi), None),
     }
 }
 

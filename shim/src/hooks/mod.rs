@@ -531,14 +531,23 @@ fn intern_with_python(native: &[u64]) -> u32 {
 #[inline(never)]
 fn capture_stack(depth: usize) -> u32 {
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
-    let n = stack::capture(&mut frames[..depth]);
-    // SAFETY: `capture` initialised the first `n` entries.
+    let (n, memo) = stack::capture_memo(&mut frames[..depth]);
+    // SAFETY: `capture_memo` initialised the first `n` entries.
     let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
     if crate::python::active() {
-        intern_with_python(frames)
-    } else {
-        intern::intern(frames)
+        return intern_with_python(frames);
     }
+    // The same frames as the last time this memo was met from its start (a loop's
+    // allocations): the same id, without hashing them (BENCHMARKS.md, "fourth session").
+    let Some(slot) = memo else {
+        return intern::intern(frames);
+    };
+    if let Some(id) = crate::unwind::memo_stack_id(slot, n) {
+        return id;
+    }
+    let id = intern::intern(frames);
+    crate::unwind::set_memo_stack_id(slot, n, id);
+    id
 }
 
 /// Captures and interns the stack, and hands the event to the writer. Inlined into each

@@ -62,6 +62,10 @@ pub struct Memo {
     n_words: Cell<usize>,
     /// (address, value) of every stack word the walk read, in order.
     words: [Cell<(u64, u64)>; WORDS],
+    /// (frames, id): the interned id of this memo's first `frames` frames, as a walk met
+    /// at its first state outputs them; (0, 0) until the caller sets it (`set_stack_id`),
+    /// and again whenever the memo is stored anew or forgotten.
+    stack: Cell<(usize, u32)>,
 }
 
 /// What comparing the walk with a memo at one state found.
@@ -103,7 +107,24 @@ impl Memo {
             lowest: [const { Cell::new(0) }; STATES],
             n_words: Cell::new(0),
             words: [const { Cell::new((0, 0)) }; WORDS],
+            stack: Cell::new((0, 0)),
         }
+    }
+
+    /// The stack id set for a walk that met this memo at its first state and output
+    /// `frames` frames; `None` if none was set since the memo was stored.
+    #[inline(always)]
+    pub fn stack_id(&self, frames: usize) -> Option<u32> {
+        match self.stack.get() {
+            (n, id) if n == frames && id != 0 => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Notes the id the frames of such a walk were interned as.
+    #[inline(always)]
+    pub fn set_stack_id(&self, frames: usize, id: u32) {
+        self.stack.set((frames, id));
     }
 
     /// States remembered for this epoch and shim range (0 if none).
@@ -210,11 +231,13 @@ impl Memo {
     #[cfg(test)]
     pub fn forget(&self) {
         self.epoch.set(0);
+        self.stack.set((0, 0));
     }
 
     /// Remembers a complete walk.
     pub fn store(&self, rec: &Record, epoch: u64, skip: (u64, u64), full: bool, now: u64) {
         self.epoch.set(0);
+        self.stack.set((0, 0));
         if rec.overflow {
             return;
         }

@@ -118,8 +118,19 @@ pub fn note_loader_generation((adds, subs): (u64, u64)) {
 
 /// The current stack's return addresses, innermost first, frames inside `[skip_lo,
 /// skip_hi)` (the shim) skipped as the slow path skips them; `None`: take the slow path.
-#[inline(never)]
 pub fn capture(out: &mut [MaybeUninit<u64>], skip_lo: u64, skip_hi: u64) -> Option<usize> {
+    capture_memo(out, skip_lo, skip_hi).map(|(n, _)| n)
+}
+
+/// `capture`, and the memo slot the walk met at its first state, if it did: then the
+/// frames are that memo's first frames, the same as the last time it was met so with
+/// this many frames (until it is stored anew), and `memo_stack_id` may know their id.
+#[inline(never)]
+pub fn capture_memo(
+    out: &mut [MaybeUninit<u64>],
+    skip_lo: u64,
+    skip_hi: u64,
+) -> Option<(usize, Option<usize>)> {
     if !READY.load(Ordering::Relaxed) {
         return None;
     }
@@ -145,7 +156,9 @@ pub fn capture(out: &mut [MaybeUninit<u64>], skip_lo: u64, skip_hi: u64) -> Opti
                 return None;
             }
             let start = Regs { ip, sp, bp };
-            walk(out, start, top, skip_lo, skip_hi, &t.memos)
+            let mut hit = None;
+            let n = walk(out, start, top, skip_lo, skip_hi, &t.memos, &mut hit)?;
+            Some((n, hit))
         })
         .ok()
         .flatten();
@@ -163,8 +176,28 @@ struct Regs {
     bp: u64,
 }
 
+/// The stack id noted for memo `slot` of this thread with `frames` frames
+/// (`capture_memo`), if any.
+pub fn memo_stack_id(slot: usize, frames: usize) -> Option<u32> {
+    THREAD
+        .try_with(|t| t.memos.slots.get(slot)?.stack_id(frames))
+        .ok()
+        .flatten()
+}
+
+/// Notes that the frames `capture_memo` returned with memo `slot` were interned as `id`.
+pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32) {
+    let _ = THREAD.try_with(|t| {
+        if let Some(m) = t.memos.slots.get(slot) {
+            m.set_stack_id(frames, id);
+        }
+    });
+}
+
 /// The walk from a known register state. `start.sp..top` is the readable part of the
-/// stack. States are compared with (and remembered in) `memos`.
+/// stack. States are compared with (and remembered in) `memos`. `hit` is set to the memo
+/// slot met at its first state by the walk's first state (the whole output copied from
+/// it).
 #[inline(always)]
 fn walk(
     out: &mut [MaybeUninit<u64>],
@@ -173,6 +206,7 @@ fn walk(
     skip_lo: u64,
     skip_hi: u64,
     memos: &Memos,
+    hit: &mut Option<usize>,
 ) -> Option<usize> {
     let Regs { ip, mut sp, mut bp } = start;
     let lo = sp;
@@ -224,6 +258,9 @@ fn walk(
                 // SAFETY: `lo..top` is this thread's stack; the memo is this thread's.
                 match unsafe { m.resume(k[j], s, lo, out, n, now) } {
                     memo::Resume::Done(total) => {
+                        if rec.states() == 0 && k[j] == 0 {
+                            *hit = Some(j);
+                        }
                         if rec.states() > 0 {
                             // Met past its first state: remember the whole walk, so
                             // that the next one from here is met at once.
@@ -424,7 +461,12 @@ mod tests {
             return std::hint::black_box(r + 1);
         }
         let mut a = [MaybeUninit::<u64>::uninit(); 128];
-        let n = capture(&mut a, 0, 0).expect("fast path");
+        // A rule miss declines (`None`) while another thread holds the slow path's lock
+        // (`miss` only try-locks it): other tests unwind at the same time. Once the
+        // rules are in, the walk succeeds.
+        let n = (0..10_000)
+            .find_map(|_| capture(&mut a, 0, 0))
+            .expect("fast path");
         fast.extend(a[..n].iter().map(|f| unsafe { f.assume_init() }));
         let mut b = [MaybeUninit::<u64>::uninit(); 128];
         let m = crate::stack::capture_slow(&mut b);
@@ -507,7 +549,7 @@ mod tests {
             clock: Cell::new(0),
         };
         let walk_from = |out: &mut [MaybeUninit<u64>], ip, sp| {
-            walk(out, Regs { ip, sp, bp: 0 }, top, 0, 0, &memos)
+            walk(out, Regs { ip, sp, bp: 0 }, top, 0, 0, &memos, &mut None)
         };
         // An address in no object, a stack pointer above the top, and one whose caller's
         // return address would lie above the top.
