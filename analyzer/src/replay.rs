@@ -257,61 +257,93 @@ impl Held {
 const DENSE_STACK_IDS: u64 = 1 << 16;
 
 /// Live bytes and allocations per stack (a `Site` less its stack). A stack is live when
-/// its count is not zero.
+/// its count is not zero; the live ones among the dense ids are also listed, so that a
+/// peak snapshot visits only them, never every id up to the largest.
 #[derive(Debug, Default)]
 struct StackTally {
-    dense: Vec<(u64, u64)>,
+    dense: Vec<DenseTally>,
+    /// The dense ids whose count is not zero, in no particular order.
+    live: Vec<u32>,
     sparse: FastMap<u64, (u64, u64)>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct DenseTally {
+    bytes: u64,
+    count: u64,
+    /// Where the id stands in `live` while its count is not zero.
+    at: u32,
 }
 
 impl StackTally {
     #[inline]
     fn add(&mut self, stack: u64, size: u64) {
-        let (bytes, count) = if stack < DENSE_STACK_IDS {
-            let i = stack as usize;
-            if i >= self.dense.len() {
-                let len = (i + 1).next_power_of_two().max(256);
-                self.dense.resize(len.min(DENSE_STACK_IDS as usize), (0, 0));
-            }
-            &mut self.dense[i]
-        } else {
-            self.sparse.entry(stack).or_default()
-        };
-        *bytes = bytes.saturating_add(size);
-        *count += 1;
+        if stack >= DENSE_STACK_IDS {
+            let (bytes, count) = self.sparse.entry(stack).or_default();
+            *bytes = bytes.saturating_add(size);
+            *count += 1;
+            return;
+        }
+        let i = stack as usize;
+        if i >= self.dense.len() {
+            let len = (i + 1).next_power_of_two().max(256);
+            let len = len.min(DENSE_STACK_IDS as usize);
+            self.dense.resize(len, DenseTally::default());
+        }
+        let t = &mut self.dense[i];
+        if t.count == 0 {
+            t.at = self.live.len() as u32;
+            self.live.push(stack as u32);
+        }
+        t.bytes = t.bytes.saturating_add(size);
+        t.count += 1;
     }
 
     #[inline]
     fn remove(&mut self, stack: u64, size: u64) {
-        let fewer = |(bytes, count): &mut (u64, u64)| {
-            *bytes = bytes.saturating_sub(size);
-            *count = count.saturating_sub(1);
-            *count == 0
-        };
-        if stack < DENSE_STACK_IDS {
-            if let Some(e) = self.dense.get_mut(stack as usize) {
-                fewer(e);
+        if stack >= DENSE_STACK_IDS {
+            if let Entry::Occupied(mut e) = self.sparse.entry(stack) {
+                let (bytes, count) = e.get_mut();
+                *bytes = bytes.saturating_sub(size);
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    e.remove();
+                }
             }
-        } else if let Entry::Occupied(mut e) = self.sparse.entry(stack) {
-            if fewer(e.get_mut()) {
-                e.remove();
+            return;
+        }
+        let Some(t) = self.dense.get_mut(stack as usize) else {
+            return;
+        };
+        if t.count == 0 {
+            return;
+        }
+        t.bytes = t.bytes.saturating_sub(size);
+        t.count -= 1;
+        if t.count == 0 {
+            let at = t.at as usize;
+            self.live.swap_remove(at);
+            if let Some(&moved) = self.live.get(at) {
+                self.dense[moved as usize].at = at as u32;
             }
         }
     }
 
     /// The live stacks, in no particular order.
     fn sites(&self) -> impl Iterator<Item = Site> + '_ {
-        let dense = self.dense.iter().enumerate();
-        let dense = dense.map(|(stack, &tally)| (stack as u64, tally));
-        let sparse = self.sparse.iter().map(|(&stack, &tally)| (stack, tally));
-        dense
-            .chain(sparse)
-            .filter(|&(_, (_, count))| count != 0)
-            .map(|(stack, (bytes, count))| Site {
-                stack,
-                bytes,
-                count,
-            })
+        let dense = self.live.iter().map(|&stack| {
+            let t = self.dense[stack as usize];
+            (u64::from(stack), t.bytes, t.count)
+        });
+        let sparse = self
+            .sparse
+            .iter()
+            .map(|(&s, &(bytes, count))| (s, bytes, count));
+        dense.chain(sparse).map(|(stack, bytes, count)| Site {
+            stack,
+            bytes,
+            count,
+        })
     }
 }
 
@@ -896,6 +928,35 @@ mod tests {
             sorted(row.peak_sites.clone()),
             vec![site(3, 107, 2), site(big, 100, 2)]
         );
+    }
+
+    /// The list of live dense ids follows adds and removes in any order, so a snapshot
+    /// names exactly the stacks with live allocations.
+    #[test]
+    fn the_live_stack_list_follows_adds_and_removes() {
+        let mut t = StackTally::default();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut counts = [0u64; 40];
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let stack = x % 40;
+            if x & (1 << 40) != 0 {
+                t.add(stack, 10);
+                counts[stack as usize] += 1;
+            } else {
+                t.remove(stack, 10);
+                counts[stack as usize] = counts[stack as usize].saturating_sub(1);
+            }
+            let mut got: Vec<(u64, u64)> = t.sites().map(|s| (s.stack, s.count)).collect();
+            got.sort_unstable();
+            let want: Vec<(u64, u64)> = (0..40)
+                .filter(|&s| counts[s as usize] > 0)
+                .map(|s| (s, counts[s as usize]))
+                .collect();
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

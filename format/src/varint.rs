@@ -101,8 +101,9 @@ pub fn leading<const N: usize>(data: &[u8], len: usize) -> Option<[u64; N]> {
 #[inline(always)]
 pub fn quick(data: &[u8], pos: &mut usize) -> Option<u64> {
     let word = u64::from_le_bytes(*data.get(*pos..)?.first_chunk::<8>()?);
-    // No branch on the length: a packed record's address delta and size vary in length
-    // from one record to the next, and a mispredicted branch costs more than squeezing.
+    // No branch on the length (a packed record's address delta and size vary in length
+    // from one record to the next): measured as fast as `leading`'s one- and two-byte
+    // shortcuts on the benchmark trace, and simpler.
     let ends = !word & 0x8080_8080_8080_8080;
     if ends == 0 {
         return None;
