@@ -11,7 +11,8 @@
 //! - Python: the same pairs through ctypes from 20 Python frames deep
 //!   (tests/programs/py_bench.py), STACKS=native and STACKS=full: what Python frames cost;
 //! - the analyzer: decode and replay rates of a synthetic trace on one core, and the CLI's
-//!   time and peak memory on it (`gpumemprof_analyzer::bench`).
+//!   time and peak memory on it (`gpumemprof_analyzer::bench`); then `gpumemprof summary`
+//!   of a 1 GB trace (generated on the first run and kept in `target/bench/`).
 
 use gpumemprof_tests::profiled::{decode, scratch};
 use gpumemprof_tests::{program_command, script_command, shim_path, target_dir};
@@ -298,4 +299,26 @@ fn main() {
     if let Err(e) = gpumemprof_analyzer::bench::run(&opts, &mut std::io::stdout()) {
         println!("  analyzer benchmark failed: {e}");
     }
+    if let Some(cli) = &opts.cli {
+        if let Err(e) = one_gigabyte(cli, &opts.dir) {
+            println!("  1 GB check failed: {e}");
+        }
+    }
+}
+
+/// The 1 GB check: `gpumemprof summary` of a 1 GB synthetic trace (generated once, then
+/// kept under `target/bench/`), its wall time and peak resident memory.
+fn one_gigabyte(cli: &Path, dir: &Path) -> std::io::Result<()> {
+    use gpumemprof_analyzer::bench;
+    let (trace, info) = bench::trace(dir, 1_000_000_000)?;
+    let trace = trace.to_string_lossy();
+    let s = bench::run_child(cli, &["-q", "summary", "--json", &trace])?;
+    println!(
+        "  1 GB trace ({} events): gpumemprof summary {:.1} s wall, {:.1} s CPU, peak RSS {} MiB (target < 60 s, < 1 GB)",
+        info.events,
+        s.wall_secs,
+        s.cpu_secs,
+        s.max_rss_kib.map_or(0, |k| k / 1024)
+    );
+    Ok(())
 }
