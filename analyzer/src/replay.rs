@@ -847,6 +847,13 @@ mod tests {
         assert_eq!(std::mem::size_of::<(u64, Slot)>(), 40);
     }
 
+    /// The per-stack memory the README states: 24 bytes per dense stack id (plus a `u32`
+    /// in the live list while the stack holds memory).
+    #[test]
+    fn a_dense_stack_tally_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<DenseTally>(), 24);
+    }
+
     #[test]
     fn counts_allocations_frees_and_live_bytes() {
         let r = run(vec![

@@ -14,7 +14,7 @@
 //!   time and peak memory on it (`gpumemprof_analyzer::bench`); then `gpumemprof summary`
 //!   of a 1 GB trace (generated on the first run and kept in `target/bench/`).
 
-use gpumemprof_tests::profiled::{decode, scratch};
+use gpumemprof_tests::profiled::scratch;
 use gpumemprof_tests::{program_command, script_command, shim_path, target_dir};
 use std::path::Path;
 
@@ -121,17 +121,21 @@ fn threads_once(threads: &str, shim: bool, trace: &Path) -> f64 {
         .expect("threads prints cpu_ns_per_pair")
 }
 
-fn events_in(trace: &Path) -> u64 {
-    let (_, records) = decode(trace);
-    records
-        .iter()
-        .filter(|r| {
-            matches!(
-                r,
-                gpumemprof_format::Record::Alloc(_) | gpumemprof_format::Record::Free(_)
-            )
-        })
-        .count() as u64
+/// The alloc and free events a trace holds, and the dropped count of its end record
+/// (`None` without one). Streamed: holding the records would raise the resident memory
+/// the analyzer stages report afterwards.
+fn events_in(trace: &Path) -> (u64, Option<u64>) {
+    use gpumemprof_format::Record;
+    let mut reader = gpumemprof_format::open_path(trace).expect("a trace");
+    let (mut events, mut dropped) = (0, None);
+    while let Some(r) = reader.next_record().expect("a valid trace") {
+        match r {
+            Record::Alloc(_) | Record::Free(_) => events += 1,
+            Record::End(s) => dropped = Some(s.dropped),
+            _ => {}
+        }
+    }
+    (events, dropped)
 }
 
 fn main() {
@@ -177,7 +181,7 @@ fn main() {
     );
 
     let bytes = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
-    let events = events_in(&trace);
+    let (events, _) = events_in(&trace);
     println!(
         "  trace, bench_loop native:     {bytes} bytes / {events} events = {:.2} bytes/event",
         bytes as f64 / events as f64
@@ -193,7 +197,7 @@ fn main() {
         .expect("run train_leak");
     assert!(out.status.success());
     let bytes = std::fs::metadata(&train).map(|m| m.len()).unwrap_or(0);
-    let events = events_in(&train);
+    let (events, _) = events_in(&train);
     println!(
         "  trace, train_leak 2000 steps: {bytes} bytes / {events} events = {:.2} bytes/event",
         bytes as f64 / events as f64
@@ -239,17 +243,8 @@ fn main() {
         "  8 threads / 1 thread overhead per pair: {:.2} (target <= 2)",
         rows[1] / rows[0]
     );
-    // The last run above was 8 threads under the shim: every pair recorded? (Streamed:
-    // holding the records would raise the resident memory the analyzer stages report.)
-    let mut reader = gpumemprof_format::open_path(&tt).expect("the threads trace");
-    let (mut events, mut dropped) = (0u64, None);
-    while let Some(r) = reader.next_record().expect("a valid threads trace") {
-        match r {
-            gpumemprof_format::Record::Alloc(_) | gpumemprof_format::Record::Free(_) => events += 1,
-            gpumemprof_format::Record::End(s) => dropped = Some(s.dropped),
-            _ => {}
-        }
-    }
+    // The last run above was 8 threads under the shim: every pair recorded?
+    let (events, dropped) = events_in(&tt);
     println!(
         "  threads=8 trace: {events} of {} alloc/free events recorded, {} dropped (target 0 lost)",
         8 * 100_000 * 2,
