@@ -16,8 +16,10 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::device;
-use super::{hooked, hooked_free, record, Api, Rec};
-use crate::event::EventKind;
+use super::record::{hooked, hooked_free, record, Rec};
+use super::Api;
+use crate::capture::thread::ThreadState;
+use crate::sys::event::{EventKind, OUT_OF_MEMORY};
 use gpumemprof_format::{MemKind, FREE_STREAM_ORDERED};
 use std::ffi::c_void;
 use std::os::raw::{c_int, c_uint};
@@ -74,14 +76,14 @@ impl Placed {
     }
 }
 
-pub(super) fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
+pub(super) fn on_alloc(me: &ThreadState, api: Api, mem: MemKind, rc: c_int, placed: Placed) {
     let Placed {
         addr,
         size,
         stream,
         pool,
     } = placed;
-    let t = crate::clock::now();
+    let t = crate::sys::clock::now();
     if rc == 0 {
         if addr == 0 {
             return;
@@ -98,9 +100,10 @@ pub(super) fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
         r.size = size;
         r.stream = stream;
         r.pool = pool;
-        record(r);
+        record(me, r);
     } else {
         on_failure(
+            me,
             api,
             mem,
             rc,
@@ -117,6 +120,7 @@ pub(super) fn on_alloc(api: Api, mem: MemKind, rc: c_int, placed: Placed) {
 /// device's free and total memory read now, on the failing thread.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn on_failure(
+    me: &ThreadState,
     api: Api,
     mem: MemKind,
     rc: c_int,
@@ -133,23 +137,28 @@ pub(super) fn on_failure(
     r.stream = stream;
     r.pool = pool;
     r.result = rc as u32;
-    if rc == OUT_OF_MEMORY && mem == MemKind::Device {
+    if rc == OUT_OF_MEMORY as c_int && mem == MemKind::Device {
         if let Some((free, total)) = device::mem_info(api.family()) {
             r.address = free;
             r.aux = total;
         }
     }
-    record(r);
-    if rc == OUT_OF_MEMORY {
+    record(me, r);
+    if rc == OUT_OF_MEMORY as c_int {
         // The evidence goes to disk before the program can react (or die).
-        crate::lifecycle::after_oom();
+        crate::session::after_oom();
     }
 }
 
-/// `cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`.
-pub const OUT_OF_MEMORY: c_int = 2;
-
-pub(super) fn on_free(api: Api, rc: c_int, t0: u64, addr: u64, stream: Stream, flags: u8) {
+pub(super) fn on_free(
+    me: &ThreadState,
+    api: Api,
+    rc: c_int,
+    t0: u64,
+    addr: u64,
+    stream: Stream,
+    flags: u8,
+) {
     if addr == 0 {
         return;
     }
@@ -158,7 +167,7 @@ pub(super) fn on_free(api: Api, rc: c_int, t0: u64, addr: u64, stream: Stream, f
     r.stream = stream as u64;
     r.result = rc as u32;
     r.flags = flags;
-    record(r);
+    record(me, r);
 }
 
 type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
@@ -179,8 +188,9 @@ pub unsafe fn malloc<const KIND: u8>(
 ) -> c_int {
     hooked(
         || real(p, size),
-        |rc| {
+        |rc, me| {
             on_alloc(
+                me,
                 api,
                 MemKind::from_u8(KIND),
                 rc,
@@ -194,7 +204,7 @@ pub unsafe fn malloc<const KIND: u8>(
 pub unsafe fn free(api: Api, real: FreeFn, ptr: *mut c_void) -> c_int {
     hooked_free(
         || real(ptr),
-        |rc, t0| on_free(api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
+        |rc, t0, me| on_free(me, api, rc, t0, ptr as u64, std::ptr::null_mut(), 0),
     )
 }
 
@@ -207,8 +217,9 @@ pub unsafe fn malloc_async(
 ) -> c_int {
     hooked(
         || real(p, size, stream),
-        |rc| {
+        |rc, me| {
             on_alloc(
+                me,
                 api,
                 MemKind::Device,
                 rc,
@@ -226,7 +237,7 @@ pub unsafe fn malloc_async(
 pub unsafe fn free_async(api: Api, real: FreeAsyncFn, ptr: *mut c_void, stream: Stream) -> c_int {
     hooked_free(
         || real(ptr, stream),
-        |rc, t0| on_free(api, rc, t0, ptr as u64, stream, FREE_STREAM_ORDERED),
+        |rc, t0, me| on_free(me, api, rc, t0, ptr as u64, stream, FREE_STREAM_ORDERED),
     )
 }
 
@@ -240,8 +251,9 @@ pub unsafe fn malloc_from_pool(
 ) -> c_int {
     hooked(
         || real(p, size, pool, stream),
-        |rc| {
+        |rc, me| {
             on_alloc(
+                me,
                 api,
                 MemKind::Device,
                 rc,
@@ -266,8 +278,9 @@ pub unsafe fn malloc_flags<const KIND: u8>(
 ) -> c_int {
     hooked(
         || real(p, size, flags),
-        |rc| {
+        |rc, me| {
             on_alloc(
+                me,
                 api,
                 MemKind::from_u8(KIND),
                 rc,
@@ -287,14 +300,20 @@ pub unsafe fn malloc_pitch(
 ) -> c_int {
     hooked(
         || real(p, pitch, width, height),
-        |rc| {
+        |rc, me| {
             // The memory reserved is pitch x height; on failure, what was asked for.
             let size = if rc == 0 && !pitch.is_null() {
                 (*pitch as u64).saturating_mul(height as u64)
             } else {
                 (width as u64).saturating_mul(height as u64)
             };
-            on_alloc(api, MemKind::Device, rc, Placed::plain(out_ptr(p), size))
+            on_alloc(
+                me,
+                api,
+                MemKind::Device,
+                rc,
+                Placed::plain(out_ptr(p), size),
+            )
         },
     )
 }
@@ -307,7 +326,7 @@ pub unsafe fn malloc_3d(
 ) -> c_int {
     hooked(
         || real(pp, extent),
-        |rc| {
+        |rc, me| {
             let (addr, size) = if rc == 0 && !pp.is_null() {
                 let v = *pp;
                 let bytes = (v.pitch as u64)
@@ -320,7 +339,7 @@ pub unsafe fn malloc_3d(
                     .saturating_mul(extent.depth as u64);
                 (0, asked)
             };
-            on_alloc(api, MemKind::Device, rc, Placed::plain(addr, size))
+            on_alloc(me, api, MemKind::Device, rc, Placed::plain(addr, size))
         },
     )
 }

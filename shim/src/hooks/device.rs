@@ -8,8 +8,8 @@
 //! recorded, and only on the thread that made the call (never from the writer: CUDA
 //! calls from a background thread can create contexts or break stream capture).
 
-use super::dlsym;
 use super::Family;
+use crate::sys::dl;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -75,7 +75,7 @@ impl Helper {
         }
         let lib = LIBRARIES[self.family as usize].load(Ordering::Acquire);
         let handle = if lib.is_null() { libc::RTLD_NEXT } else { lib };
-        let p = dlsym::lookup(handle, self.name);
+        let p = dl::lookup(handle, self.name);
         if p.is_null() {
             return None;
         }

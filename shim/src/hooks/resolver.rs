@@ -13,7 +13,8 @@
 //! substituted.
 
 use super::device::library_of;
-use super::{dlsym, Family, HOOKS};
+use super::{Family, HOOKS};
+use crate::sys::dl;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -70,7 +71,7 @@ fn substitute(real_resolver: *mut c_void, p: *mut c_void) -> *mut c_void {
     }
     HOOKS
         .iter()
-        .filter(|h| h.family == Family::Driver)
+        .filter(|h| h.api.family() == Family::Driver)
         .find(|h| h.slots.bound() == Some(p))
         .map_or(p, |h| (h.bound_fn)())
 }
@@ -81,8 +82,8 @@ fn bind_driver(real_resolver: *mut c_void) {
     if lib.is_null() {
         return;
     }
-    for h in HOOKS.iter().filter(|h| h.family == Family::Driver) {
-        let real = dlsym::lookup(lib, h.slots.name);
+    for h in HOOKS.iter().filter(|h| h.api.family() == Family::Driver) {
+        let real = dl::lookup(lib, h.slots.name);
         if !real.is_null() {
             h.slots.bind(real);
         }

@@ -21,8 +21,10 @@
 use super::alloc::{on_alloc, on_failure, Placed};
 use super::device;
 pub use super::device::AllocationProp;
-use super::{hooked, hooked_free, record, Api, Rec};
-use crate::event::EventKind;
+use super::record::{hooked, hooked_free, record, Rec};
+use super::Api;
+use crate::capture::thread::ThreadState;
+use crate::sys::event::EventKind;
 use gpumemprof_format::{MemKind, FREE_RANGE};
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -54,7 +56,7 @@ pub unsafe fn malloc_pitch_elem(
 ) -> c_int {
     hooked(
         || real(p, pitch, width, height, elem),
-        |rc| {
+        |rc, me| {
             let size = if rc == 0 && !pitch.is_null() {
                 (*pitch as u64).saturating_mul(height as u64)
             } else {
@@ -65,7 +67,7 @@ pub unsafe fn malloc_pitch_elem(
             } else {
                 0
             };
-            on_alloc(api, MemKind::Device, rc, Placed::plain(addr, size))
+            on_alloc(me, api, MemKind::Device, rc, Placed::plain(addr, size))
         },
     )
 }
@@ -79,9 +81,10 @@ pub unsafe fn host_register(
 ) -> c_int {
     hooked(
         || real(ptr, size, flags),
-        |rc| {
+        |rc, me| {
             let addr = if rc == 0 { ptr as u64 } else { 0 };
             on_alloc(
+                me,
                 api,
                 MemKind::PinnedHost,
                 rc,
@@ -101,8 +104,8 @@ pub unsafe fn create(
 ) -> c_int {
     hooked(
         || real(handle, size, prop, flags),
-        |rc| {
-            let t = crate::clock::now();
+        |rc, me| {
+            let t = crate::sys::clock::now();
             let dev = if prop.is_null() {
                 device::current(api.family())
             } else {
@@ -118,10 +121,10 @@ pub unsafe fn create(
                 r.device = dev;
                 r.address = h;
                 r.size = size as u64;
-                record(r);
+                record(me, r);
             } else {
                 // The physical memory could not be had: a device out-of-memory.
-                on_failure(api, MemKind::Device, rc, t, size as u64, 0, 0, dev);
+                on_failure(me, api, MemKind::Device, rc, t, size as u64, 0, 0, dev);
             }
         },
     )
@@ -130,7 +133,7 @@ pub unsafe fn create(
 pub unsafe fn release(api: Api, real: ReleaseFn, handle: u64) -> c_int {
     hooked_free(
         || real(handle),
-        |rc, t0| free_of(api, rc, t0, handle, MemKind::VmmHandle, 0, 0),
+        |rc, t0, me| free_of(me, api, rc, t0, handle, MemKind::VmmHandle, 0, 0),
     )
 }
 
@@ -145,8 +148,8 @@ pub unsafe fn map(
 ) -> c_int {
     hooked(
         || real(ptr, size, offset, handle, flags),
-        |rc| {
-            let t = crate::clock::now();
+        |rc, me| {
+            let t = crate::sys::clock::now();
             let dev = device::of_handle(api.family(), handle);
             if rc == 0 {
                 if ptr == 0 {
@@ -159,9 +162,9 @@ pub unsafe fn map(
                 r.size = size as u64;
                 // The backing handle, for reports that show segments.
                 r.pool = handle;
-                record(r);
+                record(me, r);
             } else {
-                on_failure(api, MemKind::Device, rc, t, size as u64, 0, handle, dev);
+                on_failure(me, api, MemKind::Device, rc, t, size as u64, 0, handle, dev);
             }
         },
     )
@@ -170,7 +173,18 @@ pub unsafe fn map(
 pub unsafe fn unmap(api: Api, real: RangeFn, ptr: u64, size: usize) -> c_int {
     hooked_free(
         || real(ptr, size),
-        |rc, t0| free_of(api, rc, t0, ptr, MemKind::Device, FREE_RANGE, size as u64),
+        |rc, t0, me| {
+            free_of(
+                me,
+                api,
+                rc,
+                t0,
+                ptr,
+                MemKind::Device,
+                FREE_RANGE,
+                size as u64,
+            )
+        },
     )
 }
 
@@ -185,8 +199,8 @@ pub unsafe fn reserve(
 ) -> c_int {
     hooked(
         || real(p, size, align, addr, flags),
-        |rc| {
-            let t = crate::clock::now();
+        |rc, me| {
+            let t = crate::sys::clock::now();
             if rc == 0 {
                 let a = out_u64(p);
                 if a == 0 {
@@ -196,9 +210,10 @@ pub unsafe fn reserve(
                 r.mem = MemKind::AddressReservation;
                 r.address = a;
                 r.size = size as u64;
-                record(r);
+                record(me, r);
             } else {
                 on_failure(
+                    me,
                     api,
                     MemKind::AddressReservation,
                     rc,
@@ -216,8 +231,9 @@ pub unsafe fn reserve(
 pub unsafe fn address_free(api: Api, real: RangeFn, ptr: u64, size: usize) -> c_int {
     hooked_free(
         || real(ptr, size),
-        |rc, t0| {
+        |rc, t0, me| {
             free_of(
+                me,
                 api,
                 rc,
                 t0,
@@ -230,7 +246,17 @@ pub unsafe fn address_free(api: Api, real: RangeFn, ptr: u64, size: usize) -> c_
     )
 }
 
-fn free_of(api: Api, rc: c_int, t0: u64, addr: u64, space: MemKind, flags: u8, size: u64) {
+#[allow(clippy::too_many_arguments)]
+fn free_of(
+    me: &ThreadState,
+    api: Api,
+    rc: c_int,
+    t0: u64,
+    addr: u64,
+    space: MemKind,
+    flags: u8,
+    size: u64,
+) {
     if addr == 0 {
         return;
     }
@@ -240,5 +266,5 @@ fn free_of(api: Api, rc: c_int, t0: u64, addr: u64, space: MemKind, flags: u8, s
     r.result = rc as u32;
     r.flags = flags;
     r.size = if flags & FREE_RANGE != 0 { size } else { 0 };
-    record(r);
+    record(me, r);
 }

@@ -1,10 +1,13 @@
-//! The trace file: the path template (`%p %h %r %t %%`), safe creation (mode 0600,
+//! The trace file: opening it (`open_trace`, for the start and the flight recorder's
+//! dump alike), the path template (`%p %h %r %t %%`), safe creation (mode 0600,
 //! never through a symlink, never over an existing file), the JSON header (with the
 //! framework allocator settings, see `framework`), and the line each trace adds to
 //! `GPUMEMPROF_TRACE_LIST` (how `gpumemprof run` learns every trace of a process tree).
 
-use crate::clock;
-use crate::config::Config;
+use crate::sys::clock;
+use crate::sys::config::Config;
+use crate::sys::diag::warn;
+use gpumemprof_format::TraceWriter;
 use std::ffi::CString;
 use std::fs::File;
 use std::os::unix::io::FromRawFd;
@@ -49,6 +52,32 @@ pub fn create_exclusive(path: &str) -> std::io::Result<(File, String)> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free file name")))
+}
+
+/// zstd level. Level 1 compresses packed event records smaller than level 3 does (3.24
+/// against 3.49 bytes per event on the analyzer benchmark's training loop) and in half
+/// the time (BENCHMARKS.md, "fourth session").
+pub const ZSTD_LEVEL: i32 = 1;
+
+/// Why `open_trace` failed: the file could not be created (nothing was), or its header
+/// could not be written to the file at this path.
+pub enum OpenError {
+    Create(std::io::Error),
+    Header(String, std::io::Error),
+}
+
+/// Creates the trace file for `wanted` (`create_exclusive`) and writes its header, whose
+/// `path` becomes the path actually used. Returns the writer and that path.
+pub fn open_trace(
+    wanted: &str,
+    mut header: serde_json::Value,
+) -> Result<(TraceWriter<File>, String), OpenError> {
+    let (file, path) = create_exclusive(wanted).map_err(OpenError::Create)?;
+    header["path"] = serde_json::Value::String(path.clone());
+    match TraceWriter::new(file, &header, ZSTD_LEVEL) {
+        Ok(w) => Ok((w, path)),
+        Err(e) => Err(OpenError::Header(path, e)),
+    }
 }
 
 /// Environment variables recorded in the header: an allow-list, never the whole
@@ -138,7 +167,7 @@ pub fn note_trace(list: &str, path: &str) {
         failure
     };
     if let Some(e) = failure {
-        crate::lifecycle::warn(&format!(
+        warn(&format!(
             "cannot add the trace {} to GPUMEMPROF_TRACE_LIST={list}: {e}",
             line.trim_end()
         ));

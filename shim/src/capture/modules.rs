@@ -31,7 +31,7 @@ pub fn generation() -> (u64, u64) {
     // SAFETY: the callback only writes to `g`, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut g as *mut _ as *mut c_void) };
     // The fast unwinder retires its cached rules when objects come and go.
-    crate::unwind::note_loader_generation(g);
+    crate::capture::unwind::note_loader_generation(g);
     g
 }
 

@@ -11,7 +11,7 @@
 //! printed. A process in another PID namespace than the driver sees no entry for its
 //! pid and records nothing (documented in the README's limits).
 
-use crate::hooks::dlsym;
+use crate::sys::dl as dlsym;
 use gpumemprof_format::Sample;
 use std::ffi::{c_int, c_uint, c_void, CStr};
 

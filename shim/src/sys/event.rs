@@ -37,6 +37,10 @@ pub struct Event {
     pub mem: u8,
 }
 
+/// `cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`: the
+/// result of an allocation that ran out of memory, in every API the hooks know.
+pub const OUT_OF_MEMORY: u32 = 2;
+
 impl Event {
     /// An event of `kind` with every other field zero (device -1: unknown).
     #[inline(always)]

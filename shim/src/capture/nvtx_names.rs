@@ -16,7 +16,7 @@
 //! the shim without bound). Ids start at 1 and are never reused, so an id doubles as an
 //! NVTX handle (domain, registered string) that is never NULL.
 
-use crate::intern::FxMap;
+use crate::capture::intern::FxMap;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::cell::Cell;

@@ -24,17 +24,12 @@
 //! modules and ids, `NvtxExportTableCallbacks`) and `nvToolsExt.h` (`nvtxEventAttributes_t`,
 //! the message types).
 
-mod names;
-
-pub use names::{
-    child_after_fork, lock_for_fork, take_fresh as take_fresh_names, unlock_after_fork,
-};
-
-use names::{ascii, wide, MAX_NAME};
-
-use crate::event::{Event, EventKind};
-use crate::guard::Guard;
-use crate::lifecycle;
+use super::record::in_shim;
+use crate::capture::nvtx_names as names;
+use crate::capture::nvtx_names::{ascii, wide, MAX_NAME};
+use crate::session;
+use crate::sys::clock;
+use crate::sys::event::{Event, EventKind};
 use gpumemprof_format::NvtxOp;
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -254,29 +249,21 @@ fn handle_id(h: *const c_void) -> u64 {
 /// `name` is only evaluated when the event is recorded. Keeps the caller's errno.
 #[inline]
 fn record(op: NvtxOp, domain: u64, range: u64, name: impl FnOnce() -> u64) {
-    let Some(guard) = Guard::enter() else {
-        return;
-    };
-    // SAFETY: __errno_location returns this thread's errno slot.
-    let errno = unsafe { *libc::__errno_location() };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let Some(p) = lifecycle::pipeline() else {
+    in_shim(|me| {
+        let Some(p) = session::recording() else {
             return;
         };
         let name = name();
         let ev = Event {
-            time_ns: crate::clock::now(),
+            time_ns: clock::now(),
             address: domain,
             size: name,
             aux: range,
             mem: op.to_u8(),
             ..Event::new(EventKind::Nvtx)
         };
-        p.push(guard.thread(), &ev);
-    }));
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
-    drop(guard);
+        p.push(me, &ev);
+    });
 }
 
 /// One more pushed range of `domain` on this thread: the level it opens (0-based).

@@ -2,7 +2,8 @@
 //! against the shim to use it: they look the functions up with `dlsym(RTLD_DEFAULT,
 //! ...)` and skip them when the shim is not loaded.
 
-use crate::lifecycle;
+use crate::capture::thread::Guard;
+use crate::session;
 use std::os::raw::{c_char, c_int};
 use std::time::Duration;
 
@@ -13,8 +14,8 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 #[no_mangle]
 pub extern "C" fn gpumemprof_is_active() -> c_int {
     std::panic::catch_unwind(|| {
-        let _g = crate::guard::Guard::enter();
-        lifecycle::pipeline().is_some() as c_int
+        let _g = Guard::enter();
+        session::recording().is_some() as c_int
     })
     .unwrap_or(0)
 }
@@ -24,8 +25,8 @@ pub extern "C" fn gpumemprof_is_active() -> c_int {
 #[no_mangle]
 pub extern "C" fn gpumemprof_flush() -> c_int {
     std::panic::catch_unwind(|| {
-        let _g = crate::guard::Guard::enter();
-        match lifecycle::pipeline() {
+        let _g = Guard::enter();
+        match session::recording() {
             Some(p) if p.flush_now(FLUSH_TIMEOUT) => 0,
             _ => -1,
         }
@@ -38,9 +39,9 @@ pub extern "C" fn gpumemprof_flush() -> c_int {
 #[no_mangle]
 pub extern "C" fn gpumemprof_trace_path() -> *const c_char {
     std::panic::catch_unwind(|| {
-        let _g = crate::guard::Guard::enter();
-        lifecycle::pipeline();
-        lifecycle::trace_path().map_or(std::ptr::null(), |c| c.as_ptr())
+        let _g = Guard::enter();
+        session::recording();
+        session::trace_path().map_or(std::ptr::null(), |c| c.as_ptr())
     })
     .unwrap_or(std::ptr::null())
 }

@@ -39,8 +39,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use gpumemprof_format::{python_frame, MAX_PY_STRING};
 use parking_lot::Mutex;
 
-use crate::hooks::dlsym;
-use crate::intern;
+use crate::capture::intern;
+use crate::sys::dl as dlsym;
 use layout::{Layout, OWNED_BY_CSTACK, OWNED_BY_GENERATOR};
 
 /// Python frames read per stack at most (deeper ones are dropped, outermost first).
@@ -78,7 +78,7 @@ pub fn refresh() {
     if !WANTED.load(Ordering::Relaxed) || !INTERP.load(Ordering::Acquire).is_null() {
         return;
     }
-    let gen = crate::modules::generation();
+    let gen = crate::capture::modules::generation();
     {
         let mut last = SEARCHED.lock();
         if *last == Some(gen) {
@@ -92,7 +92,7 @@ pub fn refresh() {
         Err(why) => {
             // Never again: the interpreter found is one we cannot read.
             WANTED.store(false, Ordering::Relaxed);
-            crate::lifecycle::warn(&format!("{why}; stacks have native frames only"));
+            crate::sys::diag::warn(&format!("{why}; stacks have native frames only"));
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The per-thread re-entrancy guard and cached thread id.
+//! The per-thread re-entrancy guard, cached thread id and event ring (with the
+//! `pthread_key` destructor that retires the ring when the thread exits).
 //!
 //! Hooks can fire from anywhere: before `main`, inside another library's constructor,
 //! in a thread the shim never saw, during TLS destruction at thread exit, and from the
@@ -9,7 +10,7 @@
 //! never allocates and never registers a TLS destructor (that would take the loader
 //! lock); `try_with` makes them safe even while the thread's TLS is being torn down.
 
-use crate::ring::Ring;
+use crate::capture::ring::Ring;
 use std::cell::Cell;
 
 /// Everything the shim keeps per thread on the hot path, in one thread-local (one TLS
@@ -94,12 +95,6 @@ impl ThreadState {
     }
 }
 
-/// Runs `f` with the calling thread's state; does nothing once its TLS is gone.
-#[inline]
-pub fn with_thread(f: impl FnOnce(&ThreadState)) {
-    let _ = STATE.try_with(f);
-}
-
 /// Sets the calling thread's ring (`RING_GONE` at thread exit; null after fork).
 pub fn set_ring(r: *const Ring) {
     let _ = STATE.try_with(|s| s.ring.set(r));
@@ -126,6 +121,36 @@ pub fn reset_after_fork() {
         s.tid.set(0);
         s.ring.set(std::ptr::null());
     });
+}
+
+/// The process-wide `pthread_key` whose destructor retires an exiting thread's ring.
+static KEY: once_cell::sync::OnceCell<libc::pthread_key_t> = once_cell::sync::OnceCell::new();
+
+extern "C" fn thread_exit(ring: *mut libc::c_void) {
+    if ring.is_null() {
+        return;
+    }
+    // SAFETY: the value was set by `note_owner` to a leaked, never-freed ring.
+    let ring = unsafe { &*(ring as *const Ring) };
+    // Later events of this thread (other keys' destructors) use the shared queue.
+    set_ring(RING_GONE);
+    ring.retire();
+}
+
+/// Arranges for `ring` to be retired when the calling thread exits; false if it cannot
+/// be (the caller then uses the shared queue instead of a ring).
+pub fn note_owner(ring: &'static Ring) -> bool {
+    let key = KEY.get_or_try_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: valid out-pointer; the destructor is an extern "C" fn that never unwinds.
+        match unsafe { libc::pthread_key_create(&mut k, Some(thread_exit)) } {
+            0 => Ok(k),
+            _ => Err(()),
+        }
+    });
+    let Ok(key) = key else { return false };
+    // SAFETY: a key from pthread_key_create; the value outlives the thread.
+    unsafe { libc::pthread_setspecific(*key, ring as *const Ring as *const libc::c_void) == 0 }
 }
 
 fn current_tid() -> u32 {

@@ -15,8 +15,8 @@
 //! address range, so the first recorded frame is the program's call site. Symbolization
 //! happens in the analyzer, from the module map.
 
-use crate::config::{UnwindMode, MAX_STACK_DEPTH};
-use crate::unwind;
+use crate::capture::unwind;
+use crate::sys::config::{UnwindMode, MAX_STACK_DEPTH};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 

@@ -42,7 +42,7 @@ static FIND_OBJECT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 /// Looks up `_dl_find_object`; true if it exists. Called at initialisation.
 pub fn init() -> bool {
     if FIND_OBJECT.load(Ordering::Acquire).is_null() {
-        let p = crate::hooks::dlsym::lookup(libc::RTLD_DEFAULT, c"_dl_find_object");
+        let p = crate::sys::dl::lookup(libc::RTLD_DEFAULT, c"_dl_find_object");
         FIND_OBJECT.store(p, Ordering::Release);
     }
     available()

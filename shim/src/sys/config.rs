@@ -85,7 +85,7 @@ pub struct Config {
     pub oom_ring: usize,
     pub fork: ForkMode,
     pub signals: bool,
-    pub clock: crate::clock::Source,
+    pub clock: crate::sys::clock::Source,
     pub unwind: UnwindMode,
     /// `GPUMEMPROF_TRACE_LIST`: a file to append the trace's path to once it exists.
     pub trace_list: Option<String>,
@@ -108,7 +108,7 @@ impl Default for Config {
             oom_ring: 65536,
             fork: ForkMode::Trace,
             signals: true,
-            clock: crate::clock::Source::Auto,
+            clock: crate::sys::clock::Source::Auto,
             unwind: UnwindMode::Fast,
             trace_list: None,
             framework_modes: Vec::new(),
@@ -326,9 +326,9 @@ impl Config {
         }
         if let Some(v) = get("GPUMEMPROF_CLOCK") {
             match v.trim().to_ascii_lowercase().as_str() {
-                "auto" => c.clock = crate::clock::Source::Auto,
-                "tsc" => c.clock = crate::clock::Source::Tsc,
-                "monotonic" => c.clock = crate::clock::Source::Monotonic,
+                "auto" => c.clock = crate::sys::clock::Source::Auto,
+                "tsc" => c.clock = crate::sys::clock::Source::Tsc,
+                "monotonic" => c.clock = crate::sys::clock::Source::Monotonic,
                 _ => w.push(format!(
                     "GPUMEMPROF_CLOCK={v:?} is not auto, tsc or monotonic; using auto"
                 )),
@@ -383,12 +383,12 @@ impl Config {
             "fork": match self.fork { ForkMode::Trace => "trace", ForkMode::Off => "off" },
             "signals": self.signals,
             "clock": match self.clock {
-                crate::clock::Source::Auto => "auto",
-                crate::clock::Source::Tsc => "tsc",
-                crate::clock::Source::Monotonic => "monotonic",
+                crate::sys::clock::Source::Auto => "auto",
+                crate::sys::clock::Source::Tsc => "tsc",
+                crate::sys::clock::Source::Monotonic => "monotonic",
             },
             "unwind": self.unwind.name(),
-            "stamps": if crate::clock::uses_tsc() { "tsc" } else { "clock_gettime" },
+            "stamps": if crate::sys::clock::uses_tsc() { "tsc" } else { "clock_gettime" },
         })
     }
 }
@@ -456,7 +456,7 @@ mod tests {
         assert_eq!(c.trace_list.as_deref(), Some("/tmp/list"));
         assert_eq!(c.framework_modes, ["torch=tensors", "tf=async"]);
         assert_eq!(c.unwind, UnwindMode::Check);
-        assert_eq!(c.clock, crate::clock::Source::Monotonic);
+        assert_eq!(c.clock, crate::sys::clock::Source::Monotonic);
         assert_eq!(c.nvml_ms, 0);
         assert_eq!(
             (c.mode, c.oom_ring, c.fork, c.signals),

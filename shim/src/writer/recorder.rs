@@ -12,8 +12,8 @@
 //! before the ring, and the ring is the events since. Memory: the ring (N events), one
 //! record per live allocation, every distinct stack and module seen.
 
-use crate::intern::FxMap;
-use crate::pipeline::Pending;
+use super::pending::Pending;
+use crate::capture::intern::FxMap;
 use gpumemprof_format::{Alloc, Module, FREE_RANGE};
 use std::collections::VecDeque;
 

@@ -16,10 +16,10 @@
 //!
 //! The consumer is whoever holds the writer lock (`Pipeline::core`): the writer thread,
 //! or a thread writing late events after shutdown. A thread that exits marks its ring
-//! retired (a `pthread_key` destructor); once drained, the ring is free and the next
+//! retired (a `pthread_key` destructor, in `thread.rs`); once drained, the ring is free and the next
 //! new thread reuses it, so memory stays bounded by the number of threads alive at once.
 
-use crate::event::Event;
+use crate::sys::event::Event;
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -241,40 +241,10 @@ impl Registry {
     }
 }
 
-/// The process-wide `pthread_key` whose destructor retires an exiting thread's ring.
-static KEY: once_cell::sync::OnceCell<libc::pthread_key_t> = once_cell::sync::OnceCell::new();
-
-extern "C" fn thread_exit(ring: *mut libc::c_void) {
-    if ring.is_null() {
-        return;
-    }
-    // SAFETY: the value was set by `note_owner` to a leaked, never-freed ring.
-    let ring = unsafe { &*(ring as *const Ring) };
-    // Later events of this thread (other keys' destructors) use the shared queue.
-    crate::guard::set_ring(crate::guard::RING_GONE);
-    ring.retire();
-}
-
-/// Arranges for `ring` to be retired when the calling thread exits; false if it cannot
-/// be (the caller then uses the shared queue instead of a ring).
-pub fn note_owner(ring: &'static Ring) -> bool {
-    let key = KEY.get_or_try_init(|| {
-        let mut k: libc::pthread_key_t = 0;
-        // SAFETY: valid out-pointer; the destructor is an extern "C" fn that never unwinds.
-        match unsafe { libc::pthread_key_create(&mut k, Some(thread_exit)) } {
-            0 => Ok(k),
-            _ => Err(()),
-        }
-    });
-    let Ok(key) = key else { return false };
-    // SAFETY: a key from pthread_key_create; the value outlives the thread.
-    unsafe { libc::pthread_setspecific(*key, ring as *const Ring as *const libc::c_void) == 0 }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::EventKind;
+    use crate::sys::event::EventKind;
 
     fn ev(t: u64) -> Event {
         Event {

@@ -1,0 +1,127 @@
+//! The unwinder's tests: frames equal to libgcc's, on this thread and others.
+
+use super::*;
+
+/// `depth` real frames, then both unwinders from the same function.
+#[inline(never)]
+fn nested(depth: u32, fast: &mut Vec<u64>, slow: &mut Vec<u64>) -> u32 {
+    if depth > 0 {
+        let r = nested(depth - 1, fast, slow);
+        return std::hint::black_box(r + 1);
+    }
+    let mut a = [MaybeUninit::<u64>::uninit(); 128];
+    // A rule miss declines (`None`) while another thread holds the slow path's lock
+    // (`miss` only try-locks it): other tests unwind at the same time. Once the
+    // rules are in, the walk succeeds.
+    let n = (0..10_000)
+        .find_map(|_| capture(&mut a, 0, 0))
+        .expect("fast path");
+    fast.extend(a[..n].iter().map(|f| unsafe { f.assume_init() }));
+    let mut b = [MaybeUninit::<u64>::uninit(); 128];
+    let m = crate::capture::stack::capture_slow(&mut b);
+    slow.extend(b[..m].iter().map(|f| unsafe { f.assume_init() }));
+    0
+}
+
+/// The two stacks from their first common frame: the frames inside each unwinder
+/// differ, everything from the caller of `nested`'s innermost call outwards must not.
+fn common_tail<'a>(fast: &'a [u64], slow: &'a [u64]) -> (&'a [u64], &'a [u64]) {
+    let i = fast
+        .iter()
+        .position(|a| slow.contains(a))
+        .expect("a common frame");
+    let j = slow.iter().position(|a| *a == fast[i]).unwrap();
+    (&fast[i..], &slow[j..])
+}
+
+#[test]
+fn fast_frames_equal_libgcc_frames_on_this_thread_and_another() {
+    assert!(init());
+    for _ in 0..3 {
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        nested(20, &mut fast, &mut slow);
+        let (f, s) = common_tail(&fast, &slow);
+        assert!(f.len() > 20, "{fast:x?}\n{slow:x?}");
+        assert_eq!(f, s);
+        // At most this function's own frame and `capture` before the common part.
+        assert!(fast.len() - f.len() <= 2, "{fast:x?}\n{slow:x?}");
+    }
+    std::thread::spawn(|| {
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        nested(30, &mut fast, &mut slow);
+        let (f, s) = common_tail(&fast, &slow);
+        assert!(f.len() > 30);
+        assert_eq!(f, s);
+    })
+    .join()
+    .unwrap();
+}
+
+#[inline(never)]
+fn other_site(depth: u32, fast: &mut Vec<u64>, slow: &mut Vec<u64>) -> u32 {
+    let mut pad = [0u8; 48];
+    std::hint::black_box(&mut pad);
+    std::hint::black_box(nested(depth, fast, slow)) + pad[0] as u32
+}
+
+#[test]
+fn the_memo_never_changes_the_frames_of_changing_stacks() {
+    assert!(init());
+    // Depths and call sites that change between captures, repeat, and change back:
+    // the memos are met at the first state, at a later one, found out of date.
+    for i in 0..200u32 {
+        let depth = [3, 3, 9, 3, 17, 17, 4][(i % 7) as usize] + (i / 50);
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        if i % 3 == 0 {
+            other_site(depth, &mut fast, &mut slow);
+        } else {
+            nested(depth, &mut fast, &mut slow);
+        }
+        let (f, s) = common_tail(&fast, &slow);
+        assert_eq!(f, s, "capture {i}");
+        assert!(
+            fast.len() - f.len() <= 2,
+            "capture {i}: {fast:x?}\n{slow:x?}"
+        );
+    }
+}
+
+#[test]
+fn a_garbage_register_state_is_refused_not_followed() {
+    assert!(init());
+    let mut out = [MaybeUninit::<u64>::uninit(); 64];
+    let here = a_garbage_register_state_is_refused_not_followed as *const () as u64;
+    let top = THREAD.with(|t| t.stack_top()).unwrap();
+    let sp = top - 4096;
+    let memos = Memos {
+        slots: [const { memo::Memo::new() }; memo::SLOTS],
+        clock: Cell::new(0),
+    };
+    let walk_from = |out: &mut [MaybeUninit<u64>], ip, sp| {
+        walk(out, Regs { ip, sp, bp: 0 }, top, 0, 0, &memos, &mut None)
+    };
+    // An address in no object, a stack pointer above the top, and one whose caller's
+    // return address would lie above the top.
+    assert_eq!(walk_from(&mut out, 0x10, sp), None);
+    assert_eq!(walk_from(&mut out, here, top + 64), None);
+    assert_eq!(walk_from(&mut out, here, top), None);
+    assert_eq!(walk_from(&mut [], here, sp), Some(0));
+}
+
+#[test]
+fn the_per_thread_state_stays_small() {
+    // Static TLS of every thread of the profiled process (the module comment's figure).
+    let size = std::mem::size_of::<Thread>();
+    assert!(size <= 14 * 1024, "{size} bytes");
+}
+
+#[test]
+fn an_unload_retires_every_cached_rule() {
+    let e = EPOCH.load(Ordering::Relaxed);
+    note_loader_generation((1, 1));
+    note_loader_generation((1, 2));
+    assert_ne!(EPOCH.load(Ordering::Relaxed), e);
+    let e = EPOCH.load(Ordering::Relaxed);
+    note_loader_generation((1, 2));
+    assert_eq!(EPOCH.load(Ordering::Relaxed), e);
+}

@@ -1,0 +1,168 @@
+//! What every hook shares: enter the thread's guard (or pass straight through), keep the
+//! caller's `errno`, never unwind into C, and build the event, with its stack, that goes
+//! to the writer. The allocation hooks (`hooked`, `hooked_free`) and the NVTX callbacks
+//! (`in_shim`) all come through `after_call`.
+
+use crate::capture::intern;
+use crate::capture::thread::{Guard, ThreadState};
+use crate::capture::{python, stack, unwind};
+use crate::session;
+use crate::sys::clock;
+use crate::sys::config::MAX_STACK_DEPTH;
+use crate::sys::event::{Event, EventKind};
+use crate::sys::hooklist::Api;
+use gpumemprof_format::MemKind;
+use std::mem::MaybeUninit;
+
+/// Runs `call` (the real function) and, unless this thread is already inside the
+/// shim, `after(result, thread)` to record it.
+#[inline(always)]
+pub fn hooked<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R, &ThreadState)) -> R {
+    let Some(guard) = Guard::enter() else {
+        return call();
+    };
+    let r = call();
+    after_call(guard, |me| after(r, me));
+    r
+}
+
+/// Like `hooked`, for frees: the time is stamped *before* the real call, because the
+/// memory may belong to another thread's allocation from the instant the call starts.
+#[inline(always)]
+pub fn hooked_free<R: Copy>(
+    call: impl FnOnce() -> R,
+    after: impl FnOnce(R, u64, &ThreadState),
+) -> R {
+    let Some(guard) = Guard::enter() else {
+        return call();
+    };
+    let t0 = clock::now();
+    let r = call();
+    after_call(guard, |me| after(r, t0, me));
+    r
+}
+
+/// Runs `f` inside the shim, unless this thread is already there (then nothing runs).
+#[inline(always)]
+pub fn in_shim(f: impl FnOnce(&ThreadState)) {
+    if let Some(guard) = Guard::enter() {
+        after_call(guard, f);
+    }
+}
+
+/// The shim's bookkeeping after a real call: `f` runs with the thread's state, any panic
+/// stops here, and the caller's `errno` is what the real function left (opening the
+/// trace, a `dlsym`, a thread spawn on first use must not change what the program reads
+/// afterwards). Then the guard is released.
+#[inline(always)]
+fn after_call(guard: Guard, f: impl FnOnce(&ThreadState)) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let errno = unsafe { *libc::__errno_location() };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(guard.thread())));
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    drop(guard);
+}
+
+/// What one hooked call did, before the common fields are filled in.
+pub struct Rec {
+    pub kind: EventKind,
+    pub api: Api,
+    pub mem: MemKind,
+    pub device: i32,
+    pub time_ns: u64,
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: u64,
+    pub result: u32,
+    pub flags: u8,
+    pub aux: u64,
+}
+
+impl Rec {
+    pub fn new(kind: EventKind, api: Api, time_ns: u64) -> Rec {
+        Rec {
+            kind,
+            api,
+            mem: MemKind::Device,
+            device: -1,
+            time_ns,
+            address: 0,
+            size: 0,
+            stream: 0,
+            pool: 0,
+            result: 0,
+            flags: 0,
+            aux: 0,
+        }
+    }
+}
+
+/// Interns `native` with the calling thread's Python frames merged in (if it runs any).
+#[inline(never)]
+fn intern_with_python(native: &[u64]) -> u32 {
+    const MERGED: usize = MAX_STACK_DEPTH + python::MAX_PY_FRAMES;
+    let mut merged = [MaybeUninit::<u64>::uninit(); MERGED];
+    match python::merge(native, &mut merged) {
+        Some(n) => {
+            // SAFETY: `merge` initialised the first `n` entries.
+            intern::intern(unsafe { std::slice::from_raw_parts(merged.as_ptr() as *const u64, n) })
+        }
+        None => intern::intern(native),
+    }
+}
+
+/// Captures and interns the calling thread's stack (with its Python frames, if any).
+#[inline(never)]
+fn capture_stack(depth: usize) -> u32 {
+    let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
+    let (n, memo) = stack::capture_memo(&mut frames[..depth]);
+    // SAFETY: `capture_memo` initialised the first `n` entries.
+    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
+    if python::active() {
+        return intern_with_python(frames);
+    }
+    // The same frames as the last time this memo was met from its start (a loop's
+    // allocations): the same id, without hashing them (BENCHMARKS.md, "fourth session").
+    let Some(slot) = memo else {
+        return intern::intern(frames);
+    };
+    if let Some(id) = unwind::memo_stack_id(slot, n) {
+        return id;
+    }
+    let id = intern::intern(frames);
+    unwind::set_memo_stack_id(slot, n, id);
+    id
+}
+
+/// Captures and interns the stack, and hands the event of thread `me` to the writer.
+/// Inlined into each handler, so the event is built in registers and stored once, into
+/// its ring slot.
+#[inline(always)]
+pub fn record(me: &ThreadState, r: Rec) {
+    let Some(p) = session::recording() else {
+        return;
+    };
+    let depth = session::stack_depth();
+    let stack = if depth > 0 { capture_stack(depth) } else { 0 };
+    let ev = Event {
+        time_ns: r.time_ns,
+        address: r.address,
+        size: r.size,
+        stream: r.stream,
+        pool: r.pool,
+        aux: if r.kind == EventKind::Free {
+            r.flags as u64
+        } else {
+            r.aux
+        },
+        stack,
+        device: r.device,
+        result: r.result,
+        api: r.api.id(),
+        kind: r.kind,
+        mem: r.mem.to_u8(),
+    };
+    p.push(me, &ev);
+}

@@ -1,0 +1,105 @@
+//! The session's start, on the first recorded event: read the configuration, open the
+//! trace (or arm the flight recorder), start the writer thread, install the signal
+//! handlers. Any failure is one warning and the program runs without profiling.
+
+use super::{signals, FORK_OFF, OWNER_PID, PIPELINE, STACK_DEPTH};
+use crate::capture::{modules, python, stack};
+use crate::sys::clock;
+use crate::sys::config::{env, Config, ForkMode, Mode, StackMode};
+use crate::sys::diag::{set_quiet, warn};
+use crate::sys::hooklist::apis_json;
+use crate::writer::output::{self, OpenError};
+use crate::writer::{Pipeline, WriterCore};
+use std::sync::atomic::Ordering;
+
+pub(super) fn start() -> Option<&'static Pipeline> {
+    let (cfg, warnings) = Config::from_env();
+    for w in &warnings {
+        warn(w);
+    }
+    if cfg.disabled {
+        return None;
+    }
+    set_quiet(cfg.quiet);
+    FORK_OFF.store(cfg.fork == ForkMode::Off, Ordering::Relaxed);
+    // Before the header (which records the choice) and before any event is stamped.
+    clock::init(cfg.clock);
+    let start_ns = clock::now_ns();
+    let ph = output::placeholders(env);
+    let wanted = output::expand(&cfg.output, &ph);
+    // The header's `path` is set when the file is created (at once, or at the flight
+    // recorder's dump).
+    let header = output::header(&cfg, &ph, "", start_ns, apis_json(), env);
+    let (core, modules, path) = if cfg.mode == Mode::Oom {
+        // The flight recorder creates the file only when an allocation runs out of memory.
+        let (core, modules) =
+            WriterCore::recorder(cfg.oom_ring, header, wanted, cfg.quiet, start_ns);
+        (core, modules, None)
+    } else {
+        let (writer, path) = match output::open_trace(&wanted, header) {
+            Ok(x) => x,
+            Err(OpenError::Create(e)) => {
+                warn(&format!(
+                    "cannot create the trace file {wanted}: {e}; the program runs without profiling"
+                ));
+                return None;
+            }
+            Err(OpenError::Header(path, e)) => {
+                warn(&format!(
+                    "cannot write the trace header to {path}: {e}; the program runs without profiling"
+                ));
+                return None;
+            }
+        };
+        let (core, modules) = WriterCore::new(writer, path.clone(), start_ns);
+        (core, modules, Some(path))
+    };
+    // The shim's own address range, so stack capture can skip the shim's frames.
+    if let Some((lo, hi)) = modules::range_of(&modules, stack::shim_anchor()) {
+        stack::set_shim_range(lo, hi);
+    }
+    stack::set_mode(cfg.unwind);
+    python::init(cfg.stacks == StackMode::Full);
+    let p: &'static Pipeline = Box::leak(Box::new(Pipeline::new(
+        core,
+        cfg.queue_capacity,
+        cfg.flush_ms,
+        cfg.nvml_ms,
+        start_ns,
+    )));
+    p.set_trace_list(cfg.trace_list.as_deref());
+    if let Some(path) = &path {
+        p.set_path(path);
+    }
+    PIPELINE.store(p as *const Pipeline as *mut Pipeline, Ordering::Release);
+    let spawned = std::thread::Builder::new()
+        .name("gpumemprof-writer".into())
+        .spawn(move || p.run_writer());
+    match spawned {
+        Ok(h) => p.set_writer(h.thread().clone()),
+        Err(e) => {
+            warn(&format!(
+                "cannot start the writer thread: {e}; the program runs without profiling"
+            ));
+            return None;
+        }
+    }
+    let depth = match cfg.stacks {
+        StackMode::Off => 0,
+        StackMode::Native | StackMode::Full => cfg.stack_depth,
+    };
+    STACK_DEPTH.store(depth, Ordering::Relaxed);
+    OWNER_PID.store(ph.pid as i32, Ordering::Relaxed);
+    if cfg.signals {
+        signals::install();
+    }
+    if !cfg.quiet {
+        if let Some(path) = &path {
+            eprintln!(
+                "gpumemprof: recording GPU allocations of pid {} to {path}",
+                ph.pid
+            );
+        }
+    }
+    Some(p)
+}

@@ -1,0 +1,10 @@
+//! The bottom layer: what every other layer uses and nothing of the shim below it
+//! (diagnostics, the real `dlsym` and symbol lookups, the hook list, the clock, the
+//! configuration, the event as it travels to the writer).
+
+pub mod clock;
+pub mod config;
+pub mod diag;
+pub mod dl;
+pub mod event;
+pub mod hooklist;

@@ -1,0 +1,66 @@
+//! An event as it waits in the writer's reorder buffer (already interned, without
+//! frames) and in the flight recorder's ring: the format's record types, one 64-byte line.
+
+use gpumemprof_format::{Alloc, AllocFailed, Free, Nvtx, Sample};
+
+/// Events as they wait in the reorder buffer: already interned, without frames.
+#[derive(Clone, Debug)]
+pub(crate) enum Pending {
+    Alloc(Alloc),
+    Free(Free),
+    /// Boxed: failures are rare, and without their 72 bytes every event moved through the
+    /// reorder buffer (and sorted there) is one 64-byte line.
+    Failed(Box<AllocFailed>),
+    Sample(Sample),
+    Nvtx(Nvtx),
+}
+
+impl Pending {
+    /// The same event with its time replaced (a stamp converted to trace ns).
+    pub fn retimed(self, t: u64) -> Pending {
+        match self {
+            Pending::Alloc(mut a) => {
+                a.time_ns = t;
+                Pending::Alloc(a)
+            }
+            Pending::Free(mut f) => {
+                f.time_ns = t;
+                Pending::Free(f)
+            }
+            Pending::Failed(mut f) => {
+                f.time_ns = t;
+                Pending::Failed(f)
+            }
+            Pending::Sample(mut m) => {
+                m.time_ns = t;
+                Pending::Sample(m)
+            }
+            Pending::Nvtx(mut n) => {
+                n.time_ns = t;
+                Pending::Nvtx(n)
+            }
+        }
+    }
+
+    pub fn time(&self) -> u64 {
+        match self {
+            Pending::Alloc(a) => a.time_ns,
+            Pending::Free(f) => f.time_ns,
+            Pending::Failed(f) => f.time_ns,
+            Pending::Sample(s) => s.time_ns,
+            Pending::Nvtx(n) => n.time_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the reorder buffer moves and sorts per event, and the flight recorder keeps.
+    #[test]
+    fn a_pending_event_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Pending>(), 64);
+        assert_eq!(std::mem::size_of::<AllocFailed>(), 72);
+    }
+}

@@ -1,0 +1,144 @@
+//! The writer thread: drain every ring and the shared queue into the writer's core,
+//! sample NVML, emit what left the reorder window, flush blocks on time and on request,
+//! nap while little arrives; at shutdown the final drain (ordered against pushes by
+//! `membarrier`) and the End record. After it, late events are written by the threads
+//! that make them (`write_late`).
+
+use super::core::WriterCore;
+use super::membarrier;
+use super::pending::Pending;
+use super::pipeline::Pipeline;
+use crate::capture::thread;
+use crate::sys::clock;
+use crate::sys::event::Event;
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+/// Events younger than this stay in the reorder buffer: far longer than the few
+/// microseconds between a hook's timestamp and its push.
+const REORDER_WINDOW_NS: u64 = 2_000_000;
+
+impl Pipeline {
+    /// Moves every pushed event (all rings and the shared queue) into the writer's
+    /// reorder buffer; returns how many. The caller holds the writer lock.
+    pub(super) fn drain(&self, core: &mut WriterCore) -> usize {
+        // SAFETY: the caller holds `core`'s lock: the only consumer.
+        let mut n = unsafe { self.rings.drain_all(|tid, e| core.accept(tid, e)) };
+        while let Some(t) = self.queue.pop() {
+            core.accept(t.tid, &t.ev);
+            n += 1;
+        }
+        n
+    }
+
+    /// After the writer finished: drains what is left (and `ev`) straight into the file,
+    /// followed by an updated End record.
+    pub(super) fn write_late(&self, ev: Option<(u32, &Event)>) {
+        let mut core = self.core.lock();
+        self.drain(&mut core);
+        if let Some((tid, e)) = ev {
+            core.accept(tid, e);
+        }
+        core.finish(self.queue_waits.load(Ordering::Relaxed));
+        if let Some(p) = core.take_new_path() {
+            self.set_path(&p);
+        }
+    }
+
+    /// The writer thread's body.
+    pub fn run_writer(&self) {
+        thread::mark_internal_thread();
+        self.writer_tid.store(thread::tid(), Ordering::Relaxed);
+        // NVML is asked from here only (never CUDA); loading it may take a while, so
+        // it happens on the first round, not before the writer starts.
+        let mut nvml = if self.nvml_ns > 0 {
+            super::nvml::Nvml::open()
+        } else {
+            None
+        };
+        let mut next_sample = 0u64;
+        let mut samples = Vec::new();
+        loop {
+            let shutting = self.shutdown_requested.load(Ordering::Acquire);
+            if let Some(n) = nvml.as_mut() {
+                let now = clock::now_ns();
+                if now >= next_sample {
+                    n.sample(clock::now(), &mut samples);
+                    next_sample = now + self.nvml_ns;
+                }
+            }
+            let popped = {
+                let mut core = self.core.lock();
+                for m in samples.drain(..) {
+                    core.stage(Pending::Sample(m));
+                }
+                let n = self.drain(&mut core);
+                core.define_stacks();
+                let now = clock::now_ns();
+                let rel = now.saturating_sub(self.start_ns);
+                core.emit(Some(rel.saturating_sub(REORDER_WINDOW_NS)));
+                if let Some(p) = core.take_new_path() {
+                    self.set_path(&p);
+                }
+                if shutting {
+                    break;
+                }
+                let asked = self.flush_requests.load(Ordering::Acquire);
+                if asked > self.flush_done.load(Ordering::Relaxed) {
+                    // The requester pushed its events before it asked, and the Acquire load
+                    // above saw the request: draining again now sees every one of them
+                    // (the drain above may have run before they were pushed).
+                    self.drain(&mut core);
+                    core.define_stacks();
+                    core.emit(None);
+                    core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
+                    if let Some(p) = core.take_new_path() {
+                        self.set_path(&p);
+                    }
+                    self.flush_done.store(asked, Ordering::Release);
+                } else if now.saturating_sub(core.last_flush_ns) >= self.flush_ns {
+                    core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
+                }
+                n
+            };
+            if popped >= self.wake_threshold {
+                continue; // producers are busy: keep draining
+            }
+            // Less than a quarter of the queue arrived: nap (each round re-sorts the reorder
+            // window, so tiny rounds waste work) until producers fill a quarter of the queue
+            // (they unpark us), the reorder window passes, or the next flush is due.
+            self.writer_sleeping.store(true, Ordering::Release);
+            if !self.shutdown_requested.load(Ordering::Acquire) {
+                let has_pending = !self.core.lock().pending.is_empty();
+                let mut nap = if has_pending {
+                    Duration::from_nanos(REORDER_WINDOW_NS)
+                } else {
+                    Duration::from_nanos(self.flush_ns.min(100_000_000))
+                };
+                if nvml.is_some() {
+                    let until = next_sample.saturating_sub(clock::now_ns());
+                    nap = nap.min(Duration::from_nanos(until.max(1_000_000)));
+                }
+                std::thread::park_timeout(nap);
+            }
+            self.writer_sleeping.store(false, Ordering::Release);
+        }
+        self.writer_finish();
+    }
+
+    fn writer_finish(&self) {
+        let mut core = self.core.lock();
+        self.writer_done.store(true, Ordering::Release);
+        // Pairs with `after_push`: every push either lands before the drain below or
+        // sees `writer_done` and writes itself (under this lock, after us).
+        if !(self.asymmetric && membarrier::all_threads()) {
+            fence(Ordering::SeqCst);
+        }
+        self.drain(&mut core);
+        core.finish(self.queue_waits.load(Ordering::Relaxed));
+        if let Some(p) = core.take_new_path() {
+            self.set_path(&p);
+        }
+        self.writer_finished.store(true, Ordering::Release);
+    }
+}
