@@ -120,7 +120,7 @@ fn struct_offsets_match_every_installed_pythons_headers() {
         );
         let printed = Command::new(&exe).output().unwrap();
         let printed = String::from_utf8(printed.stdout).unwrap();
-        let ours = gpumemprof::python::table_text(300 + minor)
+        let ours = gpumemprof::capture::python::table_text(300 + minor)
             .unwrap_or_else(|| panic!("the shim has no layout for 3.{minor}"));
         assert_eq!(
             printed, ours,

@@ -231,7 +231,7 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             if input.by == Some(By::Range) {
                 report.by_range = Some(by_range::peak(r, *top));
             }
-            warn_all(sym.take_warnings());
+            crate::input::warn_all(sym.take_warnings());
             emit(input.json, &report, peak::write_text)?;
             gate("peak", r.totals.peak_bytes, "--max-peak", *max_peak)
         }
@@ -259,7 +259,7 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             if input.by == Some(By::Range) {
                 report.by_range = Some(by_range::leaks(r, *top));
             }
-            warn_all(sym.take_warnings());
+            crate::input::warn_all(sym.take_warnings());
             emit(input.json, &report, leaks::write_text)?;
             gate("leaked", report.total_bytes, "--max-leaked", *max_leaked)
         }
@@ -282,13 +282,7 @@ fn execute(cli: &Cli) -> Result<(), Error> {
 /// Opens and replays the whole trace (progress bar, Ctrl-C). A truncated trace is not
 /// an error: it is reported from its complete blocks, with one warning.
 fn load(path: &Path) -> Result<Loaded, Error> {
-    common::load(path)
-}
-
-fn warn_all(messages: Vec<String>) {
-    for m in messages {
-        crate::term::warn(&m);
-    }
+    crate::input::load(path)
 }
 
 /// Writes `report` to stdout as pretty JSON or through its text renderer.

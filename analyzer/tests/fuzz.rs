@@ -20,16 +20,19 @@ use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use gpumemprof_analyzer::cmd::{analyze, diff, info, live, telemetry};
+use gpumemprof_analyzer::cmd::{diff, info};
+use gpumemprof_analyzer::export::{chrome, csv};
+use gpumemprof_analyzer::export::{telemetry, torch_snapshot};
+use gpumemprof_analyzer::live;
 use gpumemprof_analyzer::observe;
 use gpumemprof_analyzer::replay::Loaded;
+use gpumemprof_analyzer::report::analyze;
 use gpumemprof_analyzer::report::{by_range, leaks, oom, peak, summary, TraceInfo};
 use gpumemprof_analyzer::snapshot::{Moment as SnapMoment, Snapshot, SnapshotBuilder};
 use gpumemprof_analyzer::symbolize::Symbolizer;
 use gpumemprof_analyzer::timeline::TimelineBuilder;
-use gpumemprof_analyzer::torch_snapshot;
 use gpumemprof_analyzer::views::flamegraph::{folded, svg, Style};
-use gpumemprof_analyzer::views::{self, chart, chrome, csv, html};
+use gpumemprof_analyzer::views::{chart, html};
 use gpumemprof_format::{
     compress_block, write_preamble, Alloc, AllocFailed, BlockEncoder, Free, MemKind, Module, Nvtx,
     NvtxOp, Record, Sample, Stats, TraceReader, TraceWriter, MAX_BLOCK_RAW,
@@ -236,7 +239,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     serde_json::to_vec(&chrome::chrome(
         &t,
         &trace,
-        &views::api_names(&loaded.header),
+        &gpumemprof_format::header::api_names(&loaded.header),
     ))
     .expect("chrome JSON");
     let mut flame = |snap: &Snapshot, inverted: bool| {
@@ -282,7 +285,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         .map(|s| (*s, sym.stack(s.stack, 0)))
         .collect();
     let ooms: Vec<_> = t.ooms.iter().map(|o| (*o, sym.stack(o.stack, 0))).collect();
-    let apis = views::api_names(&loaded.header);
+    let apis = gpumemprof_format::header::api_names(&loaded.header);
     let page = html::Page {
         trace: &trace,
         summary: &summary,
@@ -301,7 +304,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     if let Ok(Ok(surveyed)) = open().map(torch_snapshot::survey) {
         let reopen = || {
             TraceReader::open(Cursor::new(bytes))
-                .map_err(|e| gpumemprof_analyzer::cmd::common::read_error(&trace_path(), e))
+                .map_err(|e| gpumemprof_analyzer::input::read_error(&trace_path(), e))
         };
         let _ = torch_snapshot::write(&trace_path(), &surveyed, &reopen, Vec::new());
     }

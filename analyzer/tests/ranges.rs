@@ -3,7 +3,7 @@
 //! started on one thread and ended on another, a pop too many, a peak before the first
 //! range) and checks the exact bytes per range.
 
-use gpumemprof_analyzer::ranges::{Group, NvtxCounts, RangesResult, MAX_OPEN};
+use gpumemprof_analyzer::replay::ranges::{Group, NvtxCounts, RangesResult, MAX_OPEN};
 use gpumemprof_analyzer::replay::{Replay, Replayed};
 use gpumemprof_format::{Alloc, Free, Nvtx, NvtxOp, Record};
 

@@ -1,6 +1,6 @@
 //! gpumemprof-format: the on-disk trace format shared by the shim (which writes it) and
 //! the analyzer (which reads it). Record types, the block encoder/writer, the streaming
-//! reader, and the trace path template (`template`: the shim names traces with it, the
+//! reader, the preamble and the header's typed views (`header`), and the trace path template (`template`: the shim names traces with it, the
 //! launcher predicts the names). No hooks and no CLI live here.
 //!
 //! ```text
@@ -51,6 +51,8 @@
 //! A stack frame word with the top bit set is a Python frame (`python_frame`): code id
 //! in bits 24..63, line in bits 0..24.
 
+mod error;
+pub mod header;
 pub mod packed;
 mod reader;
 pub mod record;

@@ -1,103 +1,27 @@
-//! Reading traces: preamble validation and a streaming record reader over complete
-//! blocks. Input is untrusted (a crashed process, a damaged or foreign file): nothing
+//! Reading traces: a streaming record reader over complete blocks, after the preamble
+//! (`header.rs`). Input is untrusted (a crashed process, a damaged or foreign file): nothing
 //! panics, every size is checked against a `MAX_*` bound before it is allocated for, and
 //! a file cut anywhere yields exactly the records of its complete blocks.
 
 mod decode;
 
-use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use zstd::bulk::Decompressor;
 use zstd::zstd_safe;
 
+pub use crate::error::ReadError;
+use crate::header::{read_full, read_preamble, Preamble};
 use crate::packed::Running;
 use crate::record::Record;
 use crate::varint::Cursor;
-use crate::{kind, FORMAT_VERSION, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW, MAX_HEADER_LEN};
-
-/// Preamble bytes before the header JSON: magic, version, header length.
-const PREAMBLE_LEN: usize = 16;
+use crate::{kind, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW};
 
 /// Bytes kept readable past a block's end, so that the last fields of its last record
 /// can also be read 8 bytes at a time (`varint::leading`); never part of a record.
 const PEEK_PAD: usize = 16;
-
-/// Why a trace could not be read. Each variant displays as one actionable line.
-#[derive(Debug)]
-pub enum ReadError {
-    /// The file does not start with the gpumemprof magic bytes.
-    NotATrace,
-    /// The file ends inside the preamble or the header JSON.
-    HeaderTruncated,
-    /// Version 0 (invalid) or newer than this crate reads.
-    UnsupportedVersion {
-        found: u32,
-        supported: u32,
-    },
-    /// Header too long, not JSON, or not a JSON object.
-    BadHeader(String),
-    /// Damaged bytes inside a complete block. `offset` is the file offset of the block.
-    Corrupt {
-        offset: u64,
-        what: String,
-    },
-    Io(io::Error),
-}
-
-impl fmt::Display for ReadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReadError::NotATrace => f.write_str("not a gpumemprof trace (bad magic bytes)"),
-            ReadError::HeaderTruncated => f.write_str(
-                "trace header is cut short: the file ends inside its preamble or header \
-                 (the profiled process probably died right after starting)",
-            ),
-            ReadError::UnsupportedVersion { found, supported } if found > supported => write!(
-                f,
-                "trace format version {found} is newer than this analyzer supports ({supported}): upgrade gpumemprof"
-            ),
-            ReadError::UnsupportedVersion { found, supported } => write!(
-                f,
-                "trace format version {found} is not valid (this analyzer reads version {supported}): the file is damaged"
-            ),
-            ReadError::BadHeader(why) => write!(f, "bad trace header: {why}"),
-            ReadError::Corrupt { offset, what } => write!(f, "corrupt trace at byte {offset}: {what}"),
-            ReadError::Io(e) => write!(f, "I/O error while reading the trace: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ReadError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<io::Error> for ReadError {
-    fn from(e: io::Error) -> Self {
-        ReadError::Io(e)
-    }
-}
-
-/// Reads until `buf` is full or EOF; returns the bytes read.
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
 
 /// Streams the records of a trace, one complete block at a time.
 pub struct TraceReader<R: Read> {
@@ -130,39 +54,12 @@ pub struct TraceReader<R: Read> {
 impl<R: Read> TraceReader<R> {
     /// Reads and validates the preamble and header JSON.
     pub fn open(mut r: R) -> Result<Self, ReadError> {
-        let mut pre = [0u8; PREAMBLE_LEN];
-        let n = read_full(&mut r, &mut pre)?;
-        let m = n.min(MAGIC.len());
-        if pre[..m] != MAGIC[..m] {
-            return Err(ReadError::NotATrace);
-        }
-        if n < PREAMBLE_LEN {
-            return Err(ReadError::HeaderTruncated);
-        }
-        let version = u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]);
-        if version == 0 || version > FORMAT_VERSION {
-            return Err(ReadError::UnsupportedVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        let hlen = u32::from_le_bytes([pre[12], pre[13], pre[14], pre[15]]) as usize;
-        if hlen > MAX_HEADER_LEN {
-            return Err(ReadError::BadHeader(format!(
-                "header length {hlen} exceeds the {MAX_HEADER_LEN}-byte limit"
-            )));
-        }
-        let mut json = Vec::new(); // grows with what is actually there, not with hlen
-        r.by_ref().take(hlen as u64).read_to_end(&mut json)?;
-        if json.len() < hlen {
-            return Err(ReadError::HeaderTruncated);
-        }
-        let header: serde_json::Value = serde_json::from_slice(&json)
-            .map_err(|e| ReadError::BadHeader(format!("not valid JSON: {e}")))?;
-        if !header.is_object() {
-            return Err(ReadError::BadHeader("not a JSON object".into()));
-        }
-        let pos = (PREAMBLE_LEN + hlen) as u64;
+        let Preamble {
+            version,
+            header,
+            bytes,
+        } = read_preamble(&mut r)?;
+        let pos = bytes.len() as u64;
         Ok(TraceReader {
             r,
             header,

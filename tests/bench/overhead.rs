@@ -165,12 +165,12 @@ fn main() {
 
     // The floor under those figures: what one event stamp costs here (the shim stamps
     // every event once; a pair is two events).
-    let tsc = gpumemprof::clock::init(gpumemprof::clock::Source::Auto);
+    let tsc = gpumemprof::sys::clock::init(gpumemprof::sys::clock::Source::Auto);
     let reps = 10_000_000u32;
     let t = std::time::Instant::now();
     let mut acc = 0u64;
     for _ in 0..reps {
-        acc = acc.wrapping_add(std::hint::black_box(gpumemprof::clock::now()));
+        acc = acc.wrapping_add(std::hint::black_box(gpumemprof::sys::clock::now()));
     }
     std::hint::black_box(acc);
     let stamp = t.elapsed().as_nanos() as f64 / reps as f64;

@@ -1,80 +1,12 @@
-//! What every command shares: opening a trace (progress bar, Ctrl-C), replaying it with
-//! or without observers, the one warning for a truncated trace, printing a report (text
-//! with colour only where it is read, or JSON), and size gates.
+//! What every command shares besides reading the trace (`input.rs`): printing a report
+//! (text with colour only where it is read, or JSON), gates and argument parsers.
 
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
-use std::path::Path;
+use std::io::{self, BufWriter, Write};
 
-use gpumemprof_format::{ReadError, TraceReader};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::observe::{replay_observed, Observer};
-use crate::replay::{self, Loaded};
-use crate::term::{self, Progress};
 use crate::units;
-
-/// A trace file being read.
-pub type TraceFile = TraceReader<BufReader<Progress<File>>>;
-
-/// Opens a trace and reads its header; the reader shows progress on a terminal for a
-/// large file and stops at Ctrl-C.
-pub fn open(path: &Path) -> Result<TraceFile, Error> {
-    let file = File::open(path).map_err(|source| Error::Open {
-        path: path.to_owned(),
-        source,
-    })?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let reader = Progress::new(file, len, &path.display().to_string());
-    TraceReader::open(BufReader::with_capacity(1 << 16, reader)).map_err(|e| read_error(path, e))
-}
-
-/// A read failure, or Ctrl-C if that is why reading stopped.
-pub fn read_error(path: &Path, source: ReadError) -> Error {
-    if term::interrupted() {
-        Error::Interrupted
-    } else {
-        Error::Read {
-            path: path.to_owned(),
-            source,
-        }
-    }
-}
-
-/// Opens and replays the whole trace (see `cli`'s summary/peak/leaks).
-pub fn load(path: &Path) -> Result<Loaded, Error> {
-    let reader = open(path)?;
-    let loaded = replay::replay(reader).map_err(|e| read_error(path, e))?;
-    warn_truncated(path, &loaded);
-    Ok(loaded)
-}
-
-/// `load`, showing every record and live-memory change to `observers` on the way.
-pub fn load_observed(path: &Path, observers: &mut [&mut dyn Observer]) -> Result<Loaded, Error> {
-    let reader = open(path)?;
-    let loaded = replay_observed(reader, observers).map_err(|e| read_error(path, e))?;
-    warn_truncated(path, &loaded);
-    Ok(loaded)
-}
-
-/// A truncated trace is not an error: it is reported from its complete blocks, with one
-/// warning.
-pub fn warn_truncated(path: &Path, loaded: &Loaded) {
-    if loaded.truncated {
-        let blocks = if loaded.blocks == 1 {
-            "block"
-        } else {
-            "blocks"
-        };
-        term::warn(&format!(
-            "{}: the trace ends inside a block (the process was probably killed); \
-             reporting the {} complete {blocks}",
-            path.display(),
-            loaded.blocks
-        ));
-    }
-}
 
 /// Writes `report` to stdout as pretty JSON or through its text renderer. Styles in the
 /// text reach the terminal only (see `term`).
@@ -143,11 +75,6 @@ pub fn interval_arg(text: &str) -> Result<u64, String> {
             "{text:?}: the interval must be 0.05 to 3600 seconds"
         ))
     }
-}
-
-/// The header's string field `key`, if present.
-pub fn header_str<'a>(header: &'a serde_json::Value, key: &str) -> Option<&'a str> {
-    header.get(key).and_then(|v| v.as_str())
 }
 
 #[cfg(test)]

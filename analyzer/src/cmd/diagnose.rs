@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::analyze::{self, Analysis};
 use super::common;
 use super::info::{self, ApiCounter, HeaderFacts, ANALYZER_VERSION};
-use super::nvml::{self, NvmlInfo};
 use crate::error::Error;
+use crate::nvml::{self, NvmlInfo};
+use crate::report::analyze::{self, Analysis};
 use crate::report::{leaks, peak, summary, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::Symbolizer;
 use crate::term;
@@ -106,7 +106,7 @@ pub fn host_facts() -> HostFacts {
         })
     });
     HostFacts {
-        hostname: super::live::hostname(),
+        hostname: gpumemprof_format::template::hostname(),
         os: field(&u.sysname),
         kernel: field(&u.release),
         machine: field(&u.machine),
@@ -236,7 +236,7 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     prepare(dir, force)?;
     let mut analysis = Analysis::new();
     let mut counter = ApiCounter::new();
-    let loaded = common::load_observed(trace, &mut [&mut analysis, &mut counter])?;
+    let loaded = crate::input::load_observed(trace, &mut [&mut analysis, &mut counter])?;
     let r = &loaded.replayed;
     let info_of = || TraceInfo::new(trace, &loaded);
     let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);

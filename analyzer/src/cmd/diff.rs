@@ -461,8 +461,8 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     use super::common;
-    let before = common::load(&args.before)?;
-    let after = common::load(&args.after)?;
+    let before = crate::input::load(&args.before)?;
+    let after = crate::input::load(&args.after)?;
     let (report, warnings) = build(
         (TraceInfo::new(&args.before, &before), &before.replayed),
         (TraceInfo::new(&args.after, &after), &after.replayed),

@@ -14,13 +14,15 @@ use std::path::PathBuf;
 
 use clap::{Args as ClapArgs, ValueEnum};
 
-use super::{common, load, snapshot, warn_all, MomentArgs, Output};
+use super::{load, snapshot, MomentArgs, Output};
 use crate::error::Error;
+use crate::input::warn_all;
 use crate::observe::replay_observed;
 use crate::report::TraceInfo;
 use crate::symbolize::Symbolizer;
 use crate::timeline::TimelineBuilder;
-use crate::views::{self, api_names};
+use crate::views;
+use gpumemprof_format::header::api_names;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -68,20 +70,20 @@ pub fn run(args: &Args) -> Result<(), Error> {
     match args.format {
         Format::Chrome => {
             // Streamed: NVTX events are written during the pass (views/chrome.rs).
-            let reader = common::open(&args.trace)?;
+            let reader = crate::input::open(&args.trace)?;
             let pid = reader.header().get("pid").and_then(|p| p.as_u64());
             let (t, nvtx) = with_writer(&args.output, |out| {
-                out.write_all(views::chrome::PREFIX)
+                out.write_all(crate::export::chrome::PREFIX)
                     .map_err(Error::Output)?;
                 let mut builder = TimelineBuilder::new();
-                let mut nvtx = views::chrome::NvtxEvents::new(&mut *out, pid.unwrap_or(0));
+                let mut nvtx = crate::export::chrome::NvtxEvents::new(&mut *out, pid.unwrap_or(0));
                 let loaded = replay_observed(reader, &mut [&mut builder, &mut nvtx])
-                    .map_err(|e| common::read_error(&args.trace, e))?;
-                common::warn_truncated(&args.trace, &loaded);
+                    .map_err(|e| crate::input::read_error(&args.trace, e))?;
+                crate::input::warn_truncated(&args.trace, &loaded);
                 let (out, nvtx) = nvtx.finish().map_err(Error::Output)?;
                 let t = builder.finish();
                 let info = TraceInfo::new(&args.trace, &loaded);
-                views::chrome::write_end(out, &t, &info, &api_names(&loaded.header))
+                crate::export::chrome::write_end(out, &t, &info, &api_names(&loaded.header))
                     .map_err(Error::Output)?;
                 Ok((t, nvtx))
             })?;
@@ -117,7 +119,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
             let mut builder = TimelineBuilder::new();
             load(&args.trace, &mut [&mut builder])?;
             let t = builder.finish();
-            args.output.write(views::csv::csv(&t).as_bytes())?;
+            args.output.write(crate::export::csv::csv(&t).as_bytes())?;
             args.output.done(&format!(
                 "{} buckets of {} ns for {} series",
                 t.len,
@@ -130,13 +132,13 @@ pub fn run(args: &Args) -> Result<(), Error> {
             let lines = if args.output.is_stdout() {
                 let stdout = std::io::stdout();
                 let mut out = std::io::BufWriter::new(stdout.lock());
-                let n = super::telemetry::write_telemetry(&args.trace, &mut out)?;
+                let n = crate::export::telemetry::write_telemetry(&args.trace, &mut out)?;
                 std::io::Write::flush(&mut out).map_err(Error::Output)?;
                 n
             } else {
                 let file = crate::term::create_output(&args.output.output, args.output.force)?;
                 let mut out = std::io::BufWriter::new(file);
-                let n = super::telemetry::write_telemetry(&args.trace, &mut out)?;
+                let n = crate::export::telemetry::write_telemetry(&args.trace, &mut out)?;
                 std::io::Write::flush(&mut out).map_err(|source| Error::File {
                     what: format!("writing {}", args.output.output.display()),
                     source,
@@ -150,8 +152,11 @@ pub fn run(args: &Args) -> Result<(), Error> {
             // Binary: a file only. Streamed, one pass per device (see torch_snapshot.rs).
             args.output
                 .require_file("a PyTorch memory snapshot (a binary pickle)")?;
-            let written =
-                crate::torch_snapshot::export(&args.trace, &args.output.output, args.output.force)?;
+            let written = crate::export::torch_snapshot::export(
+                &args.trace,
+                &args.output.output,
+                args.output.force,
+            )?;
             args.output.done(&written.describe());
         }
     }

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
 
-use super::{load, snapshot, warn_all, MomentArgs, Output};
+use super::{load, snapshot, MomentArgs, Output};
 use crate::error::Error;
+use crate::input::warn_all;
 use crate::symbolize::Symbolizer;
 use crate::views::flamegraph::{folded, svg, Style};
 

@@ -8,13 +8,13 @@ use std::io::{self, Write};
 use gpumemprof_format::Record;
 use serde::Serialize;
 
-use super::common::header_str;
-use super::nvml::NvmlInfo;
+use crate::nvml::NvmlInfo;
 use crate::observe::Observer;
 use crate::replay::{LiveChange, Loaded};
 use crate::report::{TraceInfo, SCHEMA_VERSION};
 use crate::term::{BOLD, WARN};
 use crate::units;
+use gpumemprof_format::header::str_field as header_str;
 
 pub const ANALYZER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -250,21 +250,11 @@ pub fn header_facts(header: &serde_json::Value) -> HeaderFacts {
 }
 
 pub fn trace(trace: TraceInfo, loaded: &Loaded, counter: ApiCounter) -> TraceReport {
-    let table: BTreeMap<u64, (String, Option<String>)> = loaded
-        .header
-        .get("apis")
-        .and_then(|a| a.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| {
-                    let id = x.get("id")?.as_u64()?;
-                    let name = x.get("name")?.as_str()?.to_owned();
-                    let family = x.get("family").and_then(|f| f.as_str()).map(str::to_owned);
-                    Some((id, (name, family)))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let table: BTreeMap<u64, (String, Option<String>)> =
+        gpumemprof_format::header::apis(&loaded.header)
+            .into_iter()
+            .map(|a| (u64::from(a.id), (a.name, a.family)))
+            .collect();
     let mut apis: Vec<ApiUse> = counter
         .apis
         .iter()
@@ -385,10 +375,10 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     use super::common;
     match &args.trace {
-        None => common::emit(args.json, &system(super::nvml::query()), write_system_text),
+        None => common::emit(args.json, &system(crate::nvml::query()), write_system_text),
         Some(path) => {
             let mut counter = ApiCounter::new();
-            let loaded = common::load_observed(path, &mut [&mut counter])?;
+            let loaded = crate::input::load_observed(path, &mut [&mut counter])?;
             let report = trace(TraceInfo::new(path, &loaded), &loaded, counter);
             common::emit(args.json, &report, write_trace_text)
         }

@@ -13,19 +13,17 @@ pub mod timeline;
 
 // The checking commands (diff, analyze, info, monitor, track, diagnose, the telemetry
 // export) and what they share (`common`: reading with progress and Ctrl-C, printing,
-// gates; `live`: following a trace being written).
+// gates; `follow`: the flags that follow a trace being written).
 pub mod analyze;
 pub mod common;
 pub mod diagnose;
 pub mod diff;
+pub mod follow;
 pub mod info;
-pub mod live;
 pub mod monitor;
-pub mod nvml;
 pub mod oom;
 // summary/peak/leaks over several traces (one per rank) or a directory.
 pub mod ranks;
-pub mod telemetry;
 pub mod track;
 
 use std::io::{self, Write};
@@ -181,7 +179,7 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
 /// Opens and replays the whole trace, showing it to `observers` (progress, Ctrl-C and the
 /// truncated-trace warning as for every command: see `common`).
 pub fn load(path: &Path, observers: &mut [&mut dyn Observer]) -> Result<Loaded, Error> {
-    common::load_observed(path, observers)
+    crate::input::load_observed(path, observers)
 }
 
 /// A snapshot the trace cannot give (no such OOM) is the command's failure.
@@ -202,12 +200,6 @@ pub fn program(argv: &[String]) -> String {
         "(unknown program)".to_string()
     } else {
         words.join(" ")
-    }
-}
-
-pub fn warn_all(messages: Vec<String>) {
-    for m in messages {
-        term::warn(&m);
     }
 }
 

@@ -7,8 +7,8 @@ use std::io::{self, IsTerminal, Write};
 
 use serde::Serialize;
 
-use super::live::{Alert, DeviceNow, Follower, LiveState, SiteReport, Thresholds};
 use crate::error::Error;
+use crate::live::{Alert, DeviceNow, Follower, LiveState, SiteReport, Thresholds};
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::term::{self, BAD, BOLD, WARN};
 use crate::units;
@@ -50,7 +50,7 @@ pub fn snapshot(
     let skip = state.alerts.len().saturating_sub(ALERTS_SHOWN);
     MonitorReport {
         schema_version: SCHEMA_VERSION,
-        trace: state.trace_info(follower),
+        trace: follower.trace_info(state),
         process_running: running,
         thresholds: state.thresholds,
         devices: state.device_reports(),
@@ -66,7 +66,7 @@ pub fn run(mut follower: Follower, mut state: LiveState, o: &Options) -> Result<
     loop {
         // Whether the process runs is looked at before reading: once it has exited, this
         // read gets everything it wrote.
-        let running = o.pid.map(super::live::process_running);
+        let running = o.pid.map(crate::live::process_running);
         follower.poll(&mut [&mut state])?;
         let report = snapshot(&state, &follower, running, o.top, o.frames);
         let done = o.once || state.pipeline.complete || running == Some(false);
@@ -212,7 +212,7 @@ pub fn write_alert(out: &mut dyn Write, a: &Alert) -> io::Result<()> {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub source: super::live::Source,
+    pub source: super::follow::Source,
     /// Read the trace once, print, and stop.
     #[arg(long)]
     pub once: bool,
@@ -226,7 +226,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub frames: usize,
     #[command(flatten)]
-    pub thresholds: super::live::ThresholdArgs,
+    pub thresholds: super::follow::ThresholdArgs,
     /// Print each refresh as one line of JSON (JSON Lines) instead of text.
     #[arg(long)]
     pub json: bool,

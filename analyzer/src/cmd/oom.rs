@@ -42,10 +42,10 @@ pub fn run(args: &Args) -> Result<(), Error> {
         frames: args.frames,
     };
     let report = oom::analyze(
-        || common::open(path),
-        |e| common::read_error(path, e),
+        || crate::input::open(path),
+        |e| crate::input::read_error(path, e),
         |loaded| {
-            common::warn_truncated(path, loaded);
+            crate::input::warn_truncated(path, loaded);
             TraceInfo::new(path, loaded)
         },
         &opts,

@@ -21,11 +21,12 @@ use std::path::{Path, PathBuf};
 use gpumemprof_format::{MemKind, TraceReader, MAGIC};
 use serde::Serialize;
 
-use crate::cmd::common::{self, header_str};
+use crate::cmd::common;
 use crate::error::Error;
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
+use gpumemprof_format::header::str_field as header_str;
 
 /// Which command asked: it decides the merged sites (`peak`: at the peaks; `leaks`: live
 /// at the end; `summary`: none) and the gate.
@@ -215,8 +216,8 @@ pub fn sorted(files: Vec<PathBuf>) -> Result<Vec<Entry>, Error> {
             path: path.clone(),
             source,
         })?;
-        let reader =
-            TraceReader::open(BufReader::new(file)).map_err(|e| common::read_error(&path, e))?;
+        let reader = TraceReader::open(BufReader::new(file))
+            .map_err(|e| crate::input::read_error(&path, e))?;
         let rank = rank_of(reader.header());
         entries.push(Entry { path, rank });
     }
@@ -241,7 +242,7 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
     let mut traces = Vec::with_capacity(entries.len());
     let mut merged = Merged::new();
     for (index, entry) in entries.iter().enumerate() {
-        let loaded = common::load(&entry.path)?;
+        let loaded = crate::input::load(&entry.path)?;
         let r = &loaded.replayed;
         let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
         let mut keys: HashMap<u64, Vec<String>> = HashMap::new();
@@ -278,7 +279,7 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
                 }
             }
         }
-        crate::cmd::warn_all(sym.take_warnings());
+        crate::input::warn_all(sym.take_warnings());
         traces.push(RankRow {
             trace: TraceInfo::new(&entry.path, &loaded),
             rank: entry.rank,

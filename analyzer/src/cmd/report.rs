@@ -6,15 +6,17 @@ use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
 
-use super::{load, warn_all, Output};
+use super::{load, Output};
 use crate::error::Error;
+use crate::input::warn_all;
 use crate::report::{leaks, summary, TraceInfo};
 use crate::snapshot::{Moment, SnapshotBuilder};
 use crate::symbolize::Symbolizer;
 use crate::timeline::TimelineBuilder;
+use crate::views::chart;
 use crate::views::flamegraph::{folded, svg, Style};
 use crate::views::html::{inline_svg, render, Page};
-use crate::views::{api_names, chart};
+use gpumemprof_format::header::api_names;
 
 /// Rows of the "top sites at the peak", leak and out-of-memory tables.
 const TOP_SITES: usize = 10;

@@ -10,9 +10,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::live::{Alert, DeviceNow, Follower, LiveState, Thresholds};
 use super::monitor::{write_alert, write_device};
 use crate::error::Error;
+use crate::live::{Alert, DeviceNow, Follower, LiveState, Thresholds};
 use crate::report::{TraceInfo, SCHEMA_VERSION};
 use crate::term::{self, BOLD, WARN};
 use crate::units;
@@ -35,7 +35,7 @@ pub fn report(state: &LiveState, follower: &Follower) -> TrackReport {
     let devices = state.device_reports();
     TrackReport {
         schema_version: SCHEMA_VERSION,
-        trace: state.trace_info(follower),
+        trace: follower.trace_info(state),
         thresholds: state.thresholds,
         unknown_size_devices: devices
             .iter()
@@ -60,7 +60,7 @@ pub fn run(
 ) -> Result<TrackReport, Error> {
     let mut printed = 0;
     loop {
-        let running = pid.map(super::live::process_running);
+        let running = pid.map(crate::live::process_running);
         follower.poll(&mut [&mut state])?;
         if live_text && follow {
             let mut out = anstream::stdout();
@@ -130,7 +130,7 @@ pub fn write_text(report: &TrackReport, out: &mut dyn Write) -> io::Result<()> {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub source: super::live::Source,
+    pub source: super::follow::Source,
     /// Keep reading while the trace grows, until the process closes it (implied by
     /// --pid); alerts are printed as they happen.
     #[arg(long)]
@@ -139,7 +139,7 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = super::common::interval_arg)]
     pub interval: u64,
     #[command(flatten)]
-    pub thresholds: super::live::ThresholdArgs,
+    pub thresholds: super::follow::ThresholdArgs,
     /// Exit 3 if any alert was raised.
     #[arg(long)]
     pub fail_on_alerts: bool,

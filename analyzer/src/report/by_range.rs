@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::ranges::{Group, NvtxCounts, Ranges, RangesResult, NO_RANGE};
+use crate::replay::ranges::{Group, NvtxCounts, Ranges, RangesResult, NO_RANGE};
 use crate::replay::Replayed;
 use crate::units;
 

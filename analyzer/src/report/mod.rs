@@ -5,6 +5,7 @@
 //! JSON field names are a public interface (docs/REPORTS.md): fields are only ever
 //! added, never renamed or removed.
 
+pub mod analyze;
 pub mod by_range;
 pub mod framework;
 pub mod leaks;

@@ -257,7 +257,7 @@ pub fn analyze<R: Read>(
 
 /// The name the header's `apis` table gives API `id` (`api#N` if it has none).
 fn api_name(header: &serde_json::Value, id: u16) -> String {
-    crate::views::api_names(header)
+    gpumemprof_format::header::api_names(header)
         .remove(&id)
         .unwrap_or_else(|| format!("api#{id}"))
 }

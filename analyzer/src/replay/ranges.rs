@@ -31,8 +31,8 @@ use std::collections::HashMap;
 
 use gpumemprof_format::{Nvtx, NvtxOp};
 
+use super::model::{Counters, LiveAlloc};
 use crate::fasthash::FastMap;
-use crate::replay::{Counters, LiveAlloc};
 
 /// Ranges kept open at once, all threads together; a push or start past it opens nothing
 /// (a pop then first closes what was not opened). A real program has a handful per thread.

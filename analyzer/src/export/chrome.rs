@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::fasthash::FastMap;
 use crate::observe::{record_time, Observer};
-use crate::ranges::{MAX_OPEN, UNNAMED};
+use crate::replay::ranges::{MAX_OPEN, UNNAMED};
 use crate::replay::LiveChange;
 use crate::report::TraceInfo;
 use crate::timeline::{SeriesKey, Timeline};

@@ -35,11 +35,10 @@ use std::path::Path;
 
 use gpumemprof_format::{MemKind, ReadError, Record, TraceReader};
 
-use crate::cmd::common;
 use crate::error::Error;
+use crate::export::pickle::{Memo, Pickler};
 use crate::fasthash::FastMap;
 use crate::observe::{record_time, replay_observed, Observer};
-use crate::pickle::{Memo, Pickler};
 use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay};
 use crate::symbolize::{Frame, Symbolizer};
 
@@ -85,13 +84,14 @@ impl Written {
 /// Writes the snapshot of `trace` to `output` (refusing an existing file without `force`).
 /// A trace that cannot be read writes nothing; a failure while writing removes the file.
 pub fn export(trace: &Path, output: &Path, force: bool) -> Result<Written, Error> {
-    let surveyed = survey(common::open(trace)?).map_err(|e| common::read_error(trace, e))?;
-    common::warn_truncated(trace, &surveyed.loaded);
+    let surveyed =
+        survey(crate::input::open(trace)?).map_err(|e| crate::input::read_error(trace, e))?;
+    crate::input::warn_truncated(trace, &surveyed.loaded);
     let file = crate::term::create_output(output, force)?;
     let written = write(
         trace,
         &surveyed,
-        &|| common::open(trace),
+        &|| crate::input::open(trace),
         BufWriter::new(file),
     );
     let written = written.map_err(|e| {
@@ -162,7 +162,7 @@ pub fn write<R: Read, W: Write>(
             let reader = open()?;
             let mut entries = DeviceEntries::new(&mut w, device, header);
             replay_first(reader, survey.records, &mut entries)
-                .map_err(|e| common::read_error(trace, e))?;
+                .map_err(|e| crate::input::read_error(trace, e))?;
             let (mut batch, error) = (entries.batch, entries.error);
             if let Some(e) = error {
                 return Err(Error::Output(e));
@@ -179,7 +179,7 @@ pub fn write<R: Read, W: Write>(
     live.sort_by_key(|a| (a.device, a.address, a.time_ns));
     w.segments(&live, &survey.extras).map_err(Error::Output)?;
     let entries = w.finish().map_err(Error::Output)?;
-    crate::cmd::warn_all(sym.take_warnings());
+    crate::input::warn_all(sym.take_warnings());
 
     let left_out = |pinned: bool| {
         r.rows
@@ -234,7 +234,7 @@ struct Extras {
 
 impl Extras {
     fn new(header: &serde_json::Value) -> Extras {
-        let names = crate::views::api_names(header);
+        let names = gpumemprof_format::header::api_names(header);
         Extras {
             map_apis: names
                 .into_iter()

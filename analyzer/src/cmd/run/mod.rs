@@ -1,7 +1,7 @@
 //! `gpumemprof run [OPTIONS] -- CMD [ARGS...]`: runs a command under the shim, the way
 //! `memray run` does for Python. It finds `libgpumemprof.so` beside this executable,
 //! puts it first in `LD_PRELOAD` (the user's own preloads stay after it), sets the shim's
-//! variables and the framework modes (`run_env.rs` plans every change), runs the command,
+//! variables and the framework modes (`env.rs` plans every change), runs the command,
 //! forwards the signals a launcher receives, and ends with the child's exit status and
 //! the list of traces the whole process tree wrote.
 //!
@@ -27,7 +27,6 @@ use gpumemprof_format::template;
 use crate::error::Error;
 use crate::term;
 
-#[path = "run_env.rs"]
 mod env;
 pub use env::{merge_backend, plan, Modes, Plan};
 

@@ -24,10 +24,10 @@ use gpumemprof_format::{MemKind, Record, Sample};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::common;
 use crate::error::Error;
 use crate::observe::Observer;
 use crate::replay::LiveChange;
+use gpumemprof_format::header::str_field;
 
 /// The older tool's schema version for these events.
 pub const TELEMETRY_SCHEMA_VERSION: u32 = 2;
@@ -140,22 +140,15 @@ impl<'a> TelemetryWriter<'a> {
                 .and_then(|v| v.as_u64())
                 .unwrap_or(0),
             pid: header.get("pid").and_then(|v| v.as_i64()).unwrap_or(-1),
-            host: common::header_str(header, "host")
+            host: str_field(header, "host")
                 .filter(|h| !h.is_empty())
                 .unwrap_or("unknown")
                 .to_owned(),
             identity: identity(env),
-            apis: header
-                .get("apis")
-                .and_then(|a| a.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| {
-                            Some((x.get("id")?.as_u64()?, x.get("name")?.as_str()?.to_owned()))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
+            apis: gpumemprof_format::header::apis(header)
+                .into_iter()
+                .map(|a| (u64::from(a.id), a.name))
+                .collect(),
             live: BTreeMap::new(),
             nvml: BTreeMap::new(),
             failure_total: BTreeMap::new(),
@@ -301,12 +294,12 @@ impl Observer for TelemetryWriter<'_> {
 
 /// Writes the telemetry of the trace at `path` to `out`; returns the number of events.
 pub fn write_telemetry(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
-    let reader = common::open(path)?;
+    let reader = crate::input::open(path)?;
     let header = reader.header().clone();
     let mut writer = TelemetryWriter::new(&header, out);
     let loaded = crate::observe::replay_observed(reader, &mut [&mut writer])
-        .map_err(|e| common::read_error(path, e))?;
-    common::warn_truncated(path, &loaded);
+        .map_err(|e| crate::input::read_error(path, e))?;
+    crate::input::warn_truncated(path, &loaded);
     let lines = writer.lines;
     match writer.into_error() {
         Some(e) => Err(Error::Output(e)),

@@ -1,0 +1,359 @@
+//! What the live views show, kept by an observer of the growing trace: live bytes now and
+//! at their peak per (device, kind), live bytes per call site, each device's memory size,
+//! and threshold alerts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpumemprof_format::{MemKind, Module, PyCode, Record, Sample};
+use serde::Serialize;
+
+use crate::observe::{record_time, Observer};
+use crate::replay::{CaptureStats, LiveChange, StackInfo};
+use crate::symbolize::{Frame, Symbolizer};
+
+use super::MAX_ALERTS;
+
+/// Alert levels as thresholds in percent of the device's memory.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Thresholds {
+    pub warning_percent: f64,
+    pub critical_percent: f64,
+}
+
+impl Thresholds {
+    /// 0 below warning, 1 warning, 2 critical.
+    fn level(&self, percent: f64) -> u8 {
+        if percent >= self.critical_percent {
+            2
+        } else if percent >= self.warning_percent {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+const LEVELS: [&str; 3] = ["ok", "warning", "critical"];
+
+/// Device memory usage crossed a threshold upwards.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Alert {
+    pub time_ns: u64,
+    pub device: i32,
+    /// "warning" or "critical".
+    pub level: &'static str,
+    /// Device memory live in the hooks' view at that moment.
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    pub percent: f64,
+}
+
+/// Live bytes of one (device, kind) row now and at their peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowNow {
+    pub live: u64,
+    pub count: u64,
+    pub peak: u64,
+    pub peak_time_ns: u64,
+}
+
+/// Live bytes of one call site now.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SiteNow {
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// What `monitor` and `track` show, kept up to date as records are read.
+#[derive(Debug)]
+pub struct LiveState {
+    pub thresholds: Thresholds,
+    /// `--device-memory`: the size of every device, overriding the trace.
+    pub flag_total: Option<u64>,
+    /// Memory kinds only.
+    pub rows: BTreeMap<(i32, MemKind), RowNow>,
+    pub sites: HashMap<(u64, MemKind), SiteNow>,
+    /// The last NVML sample per device.
+    pub nvml: BTreeMap<i32, Sample>,
+    /// Device memory size from the last failed allocation that read it, per device.
+    pub failure_total: BTreeMap<i32, u64>,
+    pub pipeline: CaptureStats,
+    pub stacks: HashMap<u64, StackInfo>,
+    pub modules: Vec<Module>,
+    pub python: HashMap<u64, PyCode>,
+    /// The alert level each device is at.
+    levels: BTreeMap<i32, u8>,
+    pub alerts: Vec<Alert>,
+    pub alerts_total: u64,
+}
+
+impl LiveState {
+    pub fn new(thresholds: Thresholds, flag_total: Option<u64>) -> LiveState {
+        LiveState {
+            thresholds,
+            flag_total,
+            rows: BTreeMap::new(),
+            sites: HashMap::new(),
+            nvml: BTreeMap::new(),
+            failure_total: BTreeMap::new(),
+            pipeline: CaptureStats::default(),
+            stacks: HashMap::new(),
+            modules: Vec::new(),
+            python: HashMap::new(),
+            levels: BTreeMap::new(),
+            alerts: Vec::new(),
+            alerts_total: 0,
+        }
+    }
+
+    /// The device's memory size and where it came from: `--device-memory`, else the last
+    /// NVML sample, else the last failed allocation that read it.
+    pub fn device_total(&self, device: i32) -> Option<(u64, &'static str)> {
+        if let Some(t) = self.flag_total {
+            return Some((t, "flag"));
+        }
+        if let Some(s) = self.nvml.get(&device).filter(|s| s.device_total > 0) {
+            return Some((s.device_total, "nvml"));
+        }
+        self.failure_total
+            .get(&device)
+            .map(|&t| (t, "failed_allocation"))
+    }
+
+    /// Device memory (kind `device`) live on `device` now.
+    pub fn device_used(&self, device: i32) -> u64 {
+        self.rows
+            .get(&(device, MemKind::Device))
+            .map_or(0, |r| r.live)
+    }
+
+    fn check(&mut self, device: i32, time_ns: u64) {
+        let Some((total, _)) = self.device_total(device) else {
+            return;
+        };
+        let used = self.device_used(device);
+        let percent = percent(used, total);
+        let level = self.thresholds.level(percent);
+        let before = self.levels.insert(device, level).unwrap_or(0);
+        if level > before {
+            self.alerts_total += 1;
+            if self.alerts.len() < MAX_ALERTS {
+                self.alerts.push(Alert {
+                    time_ns,
+                    device,
+                    level: LEVELS[usize::from(level)],
+                    used_bytes: used,
+                    total_bytes: total,
+                    percent,
+                });
+            }
+        }
+    }
+
+    /// Every device seen (allocating device memory or sampled by NVML), ascending.
+    pub fn devices(&self) -> Vec<i32> {
+        let mut d: Vec<i32> = self
+            .rows
+            .keys()
+            .filter(|(_, k)| *k == MemKind::Device)
+            .map(|(d, _)| *d)
+            .chain(self.nvml.keys().copied())
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    pub fn device_reports(&self) -> Vec<DeviceNow> {
+        self.devices()
+            .into_iter()
+            .map(|device| {
+                let row = self
+                    .rows
+                    .get(&(device, MemKind::Device))
+                    .copied()
+                    .unwrap_or_default();
+                let total = self.device_total(device);
+                let pct = |v: u64| total.map(|(t, _)| percent(v, t));
+                let level = match pct(row.live) {
+                    Some(p) => LEVELS[usize::from(self.thresholds.level(p))],
+                    None => "unknown",
+                };
+                DeviceNow {
+                    device,
+                    current_bytes: row.live,
+                    current_allocations: row.count,
+                    peak_bytes: row.peak,
+                    peak_time_ns: row.peak_time_ns,
+                    total_bytes: total.map(|(t, _)| t),
+                    total_source: total.map(|(_, s)| s),
+                    current_percent: pct(row.live),
+                    peak_percent: pct(row.peak),
+                    level,
+                    nvml_process_used_bytes: self.nvml.get(&device).map(|s| s.process_used),
+                }
+            })
+            .collect()
+    }
+
+    /// The `n` sites holding the most live bytes now (0: all), with `frames` frames.
+    pub fn top_sites(&self, n: usize, frames: usize) -> Vec<SiteReport> {
+        let mut sites: Vec<_> = self.sites.iter().filter(|(_, s)| s.count > 0).collect();
+        sites.sort_by(|(ka, a), (kb, b)| b.bytes.cmp(&a.bytes).then(ka.cmp(kb)));
+        if n > 0 {
+            sites.truncate(n);
+        }
+        let mut sym = Symbolizer::new(&self.modules, &self.stacks, &self.python);
+        sites
+            .into_iter()
+            .map(|(&(stack, kind), s)| SiteReport {
+                stack_id: stack,
+                kind: kind.name(),
+                bytes: s.bytes,
+                count: s.count,
+                frames: sym.stack(stack, frames),
+            })
+            .collect()
+    }
+}
+
+fn percent(used: u64, total: u64) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    let p = used as f64 * 100.0 / total as f64;
+    (p * 100.0).round() / 100.0
+}
+
+impl Observer for LiveState {
+    fn record(&mut self, record: &Record) {
+        if let Some(t) = record_time(record) {
+            self.pipeline.duration_ns = self.pipeline.duration_ns.max(t);
+        }
+        match record {
+            Record::Sample(s) => {
+                self.nvml.insert(s.device, *s);
+                self.check(s.device, s.time_ns);
+            }
+            Record::AllocFailed(f) if f.mem_total > 0 => {
+                self.failure_total.insert(f.device, f.mem_total);
+                self.check(f.device, f.time_ns);
+            }
+            Record::Stack { id, frames } => {
+                let first_use_ns = self.stacks.get(id).and_then(|s| s.first_use_ns);
+                self.stacks.insert(
+                    *id,
+                    StackInfo {
+                        frames: frames.clone(),
+                        first_use_ns,
+                    },
+                );
+            }
+            Record::Module(m) => self.modules.push(m.clone()),
+            Record::PyCode(c) => {
+                self.python.insert(c.id, c.clone());
+            }
+            Record::Stats(s) | Record::End(s) => {
+                self.pipeline.events = s.events;
+                self.pipeline.queue_waits = s.queue_waits;
+                self.pipeline.dropped = s.dropped;
+                if matches!(record, Record::End(_)) {
+                    self.pipeline.complete = true;
+                }
+            }
+            Record::Unknown { .. } => self.pipeline.unknown_records += 1,
+            _ => {}
+        }
+    }
+
+    fn changes(&mut self, time_ns: u64, changes: &[LiveChange]) {
+        let mut touched: Vec<i32> = Vec::new();
+        for change in changes {
+            let (a, added) = match *change {
+                LiveChange::Added(a) => (a, true),
+                LiveChange::Released(a) => (a, false),
+            };
+            if !a.kind.is_memory() {
+                continue;
+            }
+            let row = self.rows.entry((a.device, a.kind)).or_default();
+            let site = self.sites.entry((a.stack, a.kind)).or_default();
+            if added {
+                row.live = row.live.saturating_add(a.size);
+                row.count += 1;
+                if row.live > row.peak {
+                    row.peak = row.live;
+                    row.peak_time_ns = time_ns;
+                }
+                site.bytes = site.bytes.saturating_add(a.size);
+                site.count += 1;
+                if let Some(info) = self.stacks.get_mut(&a.stack) {
+                    info.first_use_ns.get_or_insert(a.time_ns);
+                }
+            } else {
+                row.live = row.live.saturating_sub(a.size);
+                row.count = row.count.saturating_sub(1);
+                site.bytes = site.bytes.saturating_sub(a.size);
+                site.count = site.count.saturating_sub(1);
+            }
+            if a.kind == MemKind::Device && !touched.contains(&a.device) {
+                touched.push(a.device);
+            }
+        }
+        for device in touched {
+            self.check(device, time_ns);
+        }
+    }
+}
+
+/// One device in a live report.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceNow {
+    pub device: i32,
+    /// Device memory (kind `device`) live in the hooks' view now.
+    pub current_bytes: u64,
+    pub current_allocations: u64,
+    /// The most that was live, and when first.
+    pub peak_bytes: u64,
+    pub peak_time_ns: u64,
+    /// The device's memory size; null when unknown.
+    pub total_bytes: Option<u64>,
+    /// Where the size came from: "flag" (--device-memory), "nvml" (a sample in the
+    /// trace) or "failed_allocation" (read by the shim after a failure).
+    pub total_source: Option<&'static str>,
+    pub current_percent: Option<f64>,
+    pub peak_percent: Option<f64>,
+    /// "ok", "warning", "critical" (by the current percentage), or "unknown" without a
+    /// size.
+    pub level: &'static str,
+    /// What NVML last saw this process use on the device, if the trace has samples.
+    pub nvml_process_used_bytes: Option<u64>,
+}
+
+/// A call site holding live memory now.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteReport {
+    pub stack_id: u64,
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub count: u64,
+    pub frames: Vec<Frame>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_and_percentages() {
+        let t = Thresholds {
+            warning_percent: 80.0,
+            critical_percent: 95.0,
+        };
+        assert_eq!(t.level(79.99), 0);
+        assert_eq!(t.level(80.0), 1);
+        assert_eq!(t.level(95.0), 2);
+        assert_eq!(percent(1, 3), 33.33);
+        assert_eq!(percent(5, 0), 0.0);
+    }
+}

@@ -1,0 +1,77 @@
+//! Replay: THE one streaming pass over a trace's records. Every report is computed from
+//! what this pass keeps; nothing re-reads the file and no event is stored.
+//!
+//! Memory grows with live allocations, distinct stacks, loaded modules and (device, kind)
+//! rows — never with the trace's length (failures are capped at `MAX_KEPT_FAILURES`).
+//!
+//! Peak attribution (after heaptrack's peak tracker): each (device, kind) row keeps its
+//! live bytes per stack incrementally, and copies that map only at a local maximum that
+//! is also a new high-water mark:
+//!
+//! ```text
+//!  live bytes
+//!      │          ▲ new max: flag set     (another max: flag stays set)
+//!      │        ┌─┘ ┌───────┐ ◄── first decrease after the flag: snapshot the
+//!      │    ┌───┘   │       └──┐   per-stack map *before* applying this free,
+//!      │ ┌──┘       │          └───┐ then clear the flag
+//!      └─┴──────────┴──────────────┴──► time   (flag still set at the end: snapshot)
+//! ```
+//!
+//! Allocations only ever raise live bytes, so the state at the first decrease after a new
+//! maximum is exactly the state at that maximum. The copy costs O(live stacks) once per
+//! new high-water mark, not per event.
+
+//!
+//! Files: `model` (what the pass keeps and the reports read), `tally` (per-address and
+//! per-stack bookkeeping), `pass` (the `Replay` state machine), `ranges` (memory by NVTX
+//! range), and `replay()` below, which streams a trace through it.
+
+mod model;
+mod pass;
+pub mod ranges;
+mod tally;
+
+pub use model::*;
+pub use pass::{Replay, Replayed};
+
+use std::io::Read;
+
+use gpumemprof_format::{ReadError, Record, TraceReader};
+
+/// What reading a whole trace gives: the header, the replay, and how reading ended.
+#[derive(Debug)]
+pub struct Loaded {
+    pub header: serde_json::Value,
+    pub replayed: Replayed,
+    /// The file ended inside a block (the process was killed mid-write).
+    pub truncated: bool,
+    /// Complete blocks read.
+    pub blocks: u64,
+}
+
+/// Streams every record of `reader` through a `Replay`.
+pub fn replay<R: Read>(mut reader: TraceReader<R>) -> Result<Loaded, ReadError> {
+    let mut replay = Replay::new();
+    loop {
+        let next = reader.next_record();
+        // Allocs and frees are applied where the reader put them: moving the record out
+        // first copied it, and the copy stalled on store forwarding (BENCHMARKS.md).
+        match &next {
+            Ok(Some(Record::Alloc(a))) => replay.alloc(a),
+            Ok(Some(Record::Free(f))) => replay.free(f),
+            _ => match next? {
+                Some(record) => replay.record(record),
+                None => break,
+            },
+        }
+    }
+    Ok(Loaded {
+        header: reader.header().clone(),
+        replayed: replay.finish(),
+        truncated: reader.truncated(),
+        blocks: reader.blocks_read(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

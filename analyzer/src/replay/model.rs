@@ -1,0 +1,150 @@
+//! What the replay keeps and hands to the reports: live and failed allocations, sites,
+//! counters per (device, kind) row, stacks, NVML samples, capture statistics. (The whole
+//! result, `Replayed`, is in `pass.rs`, beside what makes it.)
+
+use gpumemprof_format::{MemKind, Sample};
+
+/// Failed allocations kept with their details for reports; later ones are only counted.
+/// A program that retries a failing allocation in a loop must not grow our memory.
+pub const MAX_KEPT_FAILURES: usize = 1000;
+
+/// An allocation that is live (allocated, not yet freed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveAlloc {
+    pub address: u64,
+    pub time_ns: u64,
+    pub size: u64,
+    pub stack: u64,
+    pub device: i32,
+    pub kind: MemKind,
+}
+
+/// A failed allocation call, kept for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedAlloc {
+    pub time_ns: u64,
+    pub api: u16,
+    pub size: u64,
+    pub device: i32,
+    pub kind: MemKind,
+    pub result: u32,
+    pub stack: u64,
+}
+
+/// Bytes and allocation count attributed to one stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Site {
+    pub stack: u64,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// Counters of one (device, kind) row, or of all rows together (`Replayed::totals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub allocations: u64,
+    /// Successful frees that matched a live allocation.
+    pub frees: u64,
+    pub bytes_allocated: u64,
+    pub bytes_freed: u64,
+    pub live_bytes: u64,
+    pub live_allocations: u64,
+    pub peak_bytes: u64,
+    /// First time `peak_bytes` was reached (ns since the trace's start).
+    pub peak_time_ns: u64,
+    pub failed_allocations: u64,
+}
+
+impl Counters {
+    /// Adds a live allocation; true when it made a new high-water mark.
+    pub(crate) fn add(&mut self, size: u64, time_ns: u64) -> bool {
+        self.allocations += 1;
+        self.bytes_allocated = self.bytes_allocated.saturating_add(size);
+        self.live_bytes = self.live_bytes.saturating_add(size);
+        self.live_allocations += 1;
+        // Strictly greater: the peak time is the first time the peak was reached.
+        if self.live_bytes > self.peak_bytes {
+            self.peak_bytes = self.live_bytes;
+            self.peak_time_ns = time_ns;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn remove(&mut self, size: u64) {
+        self.frees += 1;
+        self.bytes_freed = self.bytes_freed.saturating_add(size);
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+        self.live_allocations = self.live_allocations.saturating_sub(1);
+    }
+}
+
+/// One (device, kind) row of the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub device: i32,
+    pub kind: MemKind,
+    pub counters: Counters,
+    /// Live bytes per stack at this row's peak (unsorted; empty if it never allocated).
+    pub peak_sites: Vec<Site>,
+}
+
+/// An interned stack: return addresses, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackInfo {
+    pub frames: Vec<u64>,
+    /// Time of the first event that used it (selects among modules loaded at one range).
+    pub first_use_ns: Option<u64>,
+}
+
+/// The shim's capture statistics as the trace tells them (events, queue waits, drops,
+/// whether it ended cleanly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CaptureStats {
+    pub events: u64,
+    pub queue_waits: u64,
+    pub dropped: u64,
+    /// An End record was seen: the process closed the trace cleanly.
+    pub complete: bool,
+    /// Time of the latest record (ns since the trace's start).
+    pub duration_ns: u64,
+    /// Records of kinds this analyzer does not know (written by a newer shim).
+    pub unknown_records: u64,
+}
+
+/// What NVML said about one device over the run, next to what the hooks tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NvmlDevice {
+    /// NVML device index (taken to be the CUDA ordinal: true unless
+    /// `CUDA_VISIBLE_DEVICES` or `CUDA_DEVICE_ORDER` reorder devices).
+    pub device: i32,
+    pub samples: u64,
+    /// The sample where NVML saw this process use the most memory on the device (of
+    /// several at that value, the one where the hooks tracked the most).
+    pub peak: Sample,
+    /// Device bytes the hooks tracked as live on that device at `peak`'s time.
+    pub tracked_at_peak: u64,
+    /// The last sample, and the tracked bytes at its time.
+    pub last: Sample,
+    pub tracked_at_last: u64,
+}
+
+impl NvmlDevice {
+    /// Memory the hooks did not see at NVML's peak (context, library workspaces).
+    pub fn untracked_at_peak(&self) -> u64 {
+        self.peak.process_used.saturating_sub(self.tracked_at_peak)
+    }
+    pub fn untracked_at_last(&self) -> u64 {
+        self.last.process_used.saturating_sub(self.tracked_at_last)
+    }
+}
+
+/// A change to live memory made by one record, as `Replay::record_changes` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveChange {
+    /// An allocation became live.
+    Added(LiveAlloc),
+    /// A live allocation was released.
+    Released(LiveAlloc),
+}

@@ -1,0 +1,435 @@
+//! The pass itself: `Replay` applies each record to the live state, counts, keeps the
+//! peak snapshots and the NVTX attribution, and `finish` turns it into `Replayed`.
+
+use std::collections::hash_map::{Entry, HashMap};
+
+use super::model::*;
+use super::ranges::{Ranges, RangesResult};
+use super::tally::{Held, RowState, Slot};
+use crate::fasthash::FastMap;
+use gpumemprof_format::{
+    Alloc, AllocFailed, Free, MemKind, Module, PyCode, Record, Sample, FREE_RANGE,
+};
+
+/// Everything the reports need, once the stream has been consumed.
+#[derive(Debug, Clone, Default)]
+pub struct Replayed {
+    /// Sorted by device, then kind.
+    pub rows: Vec<Row>,
+    /// All memory rows together (not reservations or VMM handles, see
+    /// `MemKind::is_memory`); `peak_bytes` is the peak of the combined live bytes.
+    pub totals: Counters,
+    /// Successful frees of addresses that were not live.
+    pub unknown_frees: u64,
+    /// Free calls that returned an error.
+    pub failed_frees: u64,
+    /// The first `MAX_KEPT_FAILURES` failed allocations, in trace order.
+    pub failures: Vec<FailedAlloc>,
+    /// Allocations live at the end of the trace, in no particular order (reservations and
+    /// VMM handles included: filter on `kind.is_memory()`).
+    pub live: Vec<LiveAlloc>,
+    /// NVML samples per device, sorted by device; empty when the trace has none.
+    pub nvml: Vec<NvmlDevice>,
+    pub stacks: HashMap<u64, StackInfo>,
+    /// In trace order.
+    pub modules: Vec<Module>,
+    /// Python code objects by id, for the Python frames in `stacks`.
+    pub python: HashMap<u64, PyCode>,
+    pub pipeline: CaptureStats,
+    /// Memory by NVTX range (`ranges.rs`); `None` when the trace has no NVTX record.
+    pub ranges: Option<RangesResult>,
+    /// Allocations live when `totals` reached its peak.
+    pub peak_allocations: u64,
+}
+
+/// The streaming state. Feed it records with `record`, then call `finish`.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Per address space (`MemKind::space`): memory, reservations, VMM handles.
+    live: [FastMap<u64, Slot>; 3],
+    /// A handful of rows at most: a linear scan beats hashing the key on every event.
+    rows: Vec<((i32, MemKind), RowState)>,
+    totals: Counters,
+    unknown_frees: u64,
+    failed_frees: u64,
+    failures: Vec<FailedAlloc>,
+    /// The fast hasher while replaying; `Replayed` gets a std map.
+    stacks: FastMap<u64, StackInfo>,
+    /// Stacks defined but not used yet: the only ones an event can set `first_use_ns` of.
+    /// Almost always empty (the shim defines a stack just before its first use), so most
+    /// events skip looking their stack up in `stacks`.
+    unused_stacks: FastMap<u64, ()>,
+    modules: Vec<Module>,
+    /// Python code objects by id (what Python frames in stacks name).
+    python: HashMap<u64, PyCode>,
+    pipeline: CaptureStats,
+    nvml: Vec<NvmlDevice>,
+    /// Set only inside `record_changes`: where `alloc` and `release` report changes.
+    journal: Option<Vec<LiveChange>>,
+    /// Allocations live at `totals`' peak (what `Ranges` starts from).
+    peak_allocations: u64,
+    /// NVTX range attribution, from the trace's first NVTX record on (boxed: a trace
+    /// without NVTX pays one pointer).
+    ranges: Option<Box<Ranges>>,
+}
+
+impl Replay {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `record`, also appending to `changes` every allocation the record made live or
+    /// released, in order (one range free can release several). Views that follow live
+    /// memory over time (timeline, flamegraph at a moment) use it instead of matching
+    /// frees to allocations a second way.
+    pub fn record_changes(&mut self, record: Record, changes: &mut Vec<LiveChange>) {
+        self.journal = Some(std::mem::take(changes));
+        self.record(record);
+        *changes = self.journal.take().unwrap_or_default();
+    }
+
+    /// Applies one record.
+    // Inlined into the reading loop, so an alloc or a free is read where the reader put
+    // it: copying the record into a call's argument stalled on store forwarding.
+    #[inline]
+    pub fn record(&mut self, record: Record) {
+        match record {
+            Record::Alloc(a) => self.alloc(&a),
+            Record::Free(f) => self.free(&f),
+            other => self.record_other(other),
+        }
+    }
+
+    /// Every record but allocs and frees.
+    #[inline(never)]
+    pub(super) fn record_other(&mut self, record: Record) {
+        match record {
+            Record::Alloc(a) => self.alloc(&a),
+            Record::Free(f) => self.free(&f),
+            Record::AllocFailed(f) => self.alloc_failed(&f),
+            Record::Stack { id, frames } => {
+                // A redefinition (should not happen) keeps the first use time.
+                let first_use_ns = self.stacks.get(&id).and_then(|s| s.first_use_ns);
+                if first_use_ns.is_none() && id != 0 {
+                    self.unused_stacks.insert(id, ());
+                }
+                self.stacks.insert(
+                    id,
+                    StackInfo {
+                        frames,
+                        first_use_ns,
+                    },
+                );
+            }
+            Record::Module(m) => {
+                self.saw_time(m.time_ns);
+                self.modules.push(m);
+            }
+            Record::Stats(s) | Record::End(s) => {
+                self.saw_time(s.time_ns);
+                self.pipeline.events = s.events;
+                self.pipeline.queue_waits = s.queue_waits;
+                self.pipeline.dropped = s.dropped;
+                if matches!(record, Record::End(_)) {
+                    self.pipeline.complete = true;
+                }
+            }
+            Record::Sample(m) => self.sample(&m),
+            Record::PyCode(c) => {
+                self.python.insert(c.id, c);
+            }
+            Record::Nvtx(n) => {
+                self.saw_time(n.time_ns);
+                self.ranges().event(&n);
+            }
+            Record::NvtxString { id, text } => self.ranges().string(id, text),
+            Record::Unknown { .. } => self.pipeline.unknown_records += 1,
+        }
+    }
+
+    /// The NVTX range state, started at the first NVTX record.
+    pub(super) fn ranges(&mut self) -> &mut Ranges {
+        let (totals, peak_allocations) = (&self.totals, self.peak_allocations);
+        self.ranges
+            .get_or_insert_with(|| Box::new(Ranges::new(totals, peak_allocations)))
+    }
+
+    pub(super) fn saw_time(&mut self, time_ns: u64) {
+        self.pipeline.duration_ns = self.pipeline.duration_ns.max(time_ns);
+    }
+
+    #[inline]
+    pub(super) fn used_stack(&mut self, stack: u64, time_ns: u64) {
+        if stack == 0 || self.unused_stacks.is_empty() {
+            return;
+        }
+        if self.unused_stacks.remove(&stack).is_some() {
+            if let Some(info) = self.stacks.get_mut(&stack) {
+                info.first_use_ns = Some(time_ns);
+            }
+        }
+    }
+
+    pub(super) fn row(&mut self, device: i32, kind: MemKind) -> &mut RowState {
+        let key = (device, kind);
+        let index = match self.rows.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.rows.push((key, RowState::default()));
+                self.rows.len() - 1
+            }
+        };
+        &mut self.rows[index].1
+    }
+
+    #[inline(never)]
+    pub(super) fn alloc(&mut self, a: &Alloc) {
+        self.saw_time(a.time_ns);
+        // A successful zero-byte request returns a null pointer that is never freed:
+        // tracking it would report a "leak" of nothing.
+        if a.address == 0 {
+            return;
+        }
+        self.used_stack(a.stack, a.time_ns);
+        let live = LiveAlloc {
+            address: a.address,
+            time_ns: a.time_ns,
+            size: a.size,
+            stack: a.stack,
+            device: a.device,
+            kind: a.kind,
+        };
+        if let Some(journal) = self.journal.as_mut() {
+            journal.push(LiveChange::Added(live));
+        }
+        match self.live[a.kind.space()].entry(a.address) {
+            Entry::Vacant(e) => {
+                e.insert(Slot::One(Held::of(&live)));
+            }
+            Entry::Occupied(mut e) => {
+                let slot = e.get_mut();
+                match slot {
+                    Slot::One(first) => *slot = Slot::Many(vec![first.at(a.address), live]),
+                    Slot::Many(all) => all.push(live),
+                }
+            }
+        }
+        let row = self.row(a.device, a.kind);
+        if row.counters.add(a.size, a.time_ns) {
+            row.peak_pending = true;
+        }
+        row.live_by_stack.add(a.stack, a.size);
+        if a.kind.is_memory() {
+            let new_peak = self.totals.add(a.size, a.time_ns);
+            if new_peak {
+                self.peak_allocations = self.totals.live_allocations;
+            }
+            if let Some(ranges) = self.ranges.as_deref_mut() {
+                ranges.alloc(a.tid, &live, new_peak);
+            }
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn free(&mut self, f: &Free) {
+        self.saw_time(f.time_ns);
+        // cudaFree(0) is the idiom to create the context; it frees nothing.
+        if f.address == 0 {
+            return;
+        }
+        self.used_stack(f.stack, f.time_ns);
+        if f.result != 0 {
+            self.failed_frees += 1;
+            return;
+        }
+        let space = f.kind.space();
+        if f.flags & FREE_RANGE != 0 {
+            // Mappings inside the range lie end to end (an unmap covers whole,
+            // contiguous mappings); walk them from the start.
+            let end = f.address.saturating_add(f.size);
+            let mut at = f.address;
+            let mut released = 0;
+            while at < end {
+                let Some(freed) = self.take_live(space, at, f.time_ns) else {
+                    break;
+                };
+                at = at.saturating_add(freed.size.max(1));
+                self.release(freed);
+                released += 1;
+            }
+            if released == 0 {
+                self.unknown_frees += 1;
+            }
+            return;
+        }
+        let Some(freed) = self.take_live(space, f.address, f.time_ns) else {
+            self.unknown_frees += 1;
+            return;
+        };
+        self.release(freed);
+    }
+
+    /// Applies the release of a live allocation to its row and the totals.
+    pub(super) fn release(&mut self, freed: LiveAlloc) {
+        if let Some(journal) = self.journal.as_mut() {
+            journal.push(LiveChange::Released(freed));
+        }
+        let row = self.row(freed.device, freed.kind);
+        if row.peak_pending {
+            // Before applying the free: the state now is the state at the peak.
+            row.snapshot_peak();
+        }
+        row.counters.remove(freed.size);
+        row.live_by_stack.remove(freed.stack, freed.size);
+        if freed.kind.is_memory() {
+            if let Some(ranges) = self.ranges.as_deref_mut() {
+                ranges.release(&freed);
+            }
+            self.totals.remove(freed.size);
+        }
+    }
+
+    pub(super) fn sample(&mut self, m: &Sample) {
+        self.saw_time(m.time_ns);
+        let tracked = self
+            .rows
+            .iter()
+            .find(|(key, _)| *key == (m.device, MemKind::Device))
+            .map_or(0, |(_, row)| row.counters.live_bytes);
+        let index = match self.nvml.iter().position(|d| d.device == m.device) {
+            Some(i) => i,
+            None => {
+                self.nvml.push(NvmlDevice {
+                    device: m.device,
+                    ..NvmlDevice::default()
+                });
+                self.nvml.len() - 1
+            }
+        };
+        let d = &mut self.nvml[index];
+        d.samples += 1;
+        // Of the samples at the peak value, keep the one where the hooks tracked the
+        // most: a sample NVML took between an allocation and its event's stamp sees the
+        // memory before the hooks do, and would count it as untracked.
+        if d.samples == 1
+            || m.process_used > d.peak.process_used
+            || (m.process_used == d.peak.process_used && tracked > d.tracked_at_peak)
+        {
+            d.peak = *m;
+            d.tracked_at_peak = tracked;
+        }
+        d.last = *m;
+        d.tracked_at_last = tracked;
+    }
+
+    /// Removes the allocation a free at `time_ns` releases: of those live at `address`,
+    /// the latest allocated at or before the free, or else the oldest (a free can only
+    /// arrive before its allocation through reordering, and the oldest is the likeliest).
+    pub(super) fn take_live(
+        &mut self,
+        space: usize,
+        address: u64,
+        time_ns: u64,
+    ) -> Option<LiveAlloc> {
+        let Entry::Occupied(mut e) = self.live[space].entry(address) else {
+            return None;
+        };
+        let all = match e.get_mut() {
+            Slot::One(only) => {
+                let only = only.at(address);
+                e.remove();
+                return Some(only);
+            }
+            Slot::Many(all) => all,
+        };
+        let before = all
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.time_ns <= time_ns)
+            .max_by_key(|(_, a)| a.time_ns)
+            .map(|(i, _)| i);
+        let oldest = || {
+            all.iter()
+                .enumerate()
+                .min_by_key(|(_, a)| a.time_ns)
+                .map(|(i, _)| i)
+        };
+        let index = before.or_else(oldest)?;
+        let taken = all.swap_remove(index);
+        match all.as_slice() {
+            [] => {
+                e.remove();
+            }
+            [last] => {
+                let last = Held::of(last);
+                *e.get_mut() = Slot::One(last);
+            }
+            _ => {}
+        }
+        Some(taken)
+    }
+
+    pub(super) fn alloc_failed(&mut self, f: &AllocFailed) {
+        self.saw_time(f.time_ns);
+        self.used_stack(f.stack, f.time_ns);
+        self.row(f.device, f.kind).counters.failed_allocations += 1;
+        self.totals.failed_allocations += 1;
+        if self.failures.len() < MAX_KEPT_FAILURES {
+            self.failures.push(FailedAlloc {
+                time_ns: f.time_ns,
+                api: f.api,
+                size: f.size,
+                device: f.device,
+                kind: f.kind,
+                result: f.result,
+                stack: f.stack,
+            });
+        }
+    }
+
+    pub fn finish(self) -> Replayed {
+        let mut rows: Vec<Row> = self
+            .rows
+            .into_iter()
+            .map(|((device, kind), mut state)| {
+                if state.peak_pending {
+                    state.snapshot_peak();
+                }
+                Row {
+                    device,
+                    kind,
+                    counters: state.counters,
+                    peak_sites: state.peak_sites,
+                }
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.device, r.kind));
+        let mut live = Vec::with_capacity(self.live.iter().map(|m| m.len()).sum());
+        for (address, slot) in self.live.into_iter().flatten() {
+            match slot {
+                Slot::One(a) => live.push(a.at(address)),
+                Slot::Many(all) => live.extend(all),
+            }
+        }
+        let ranges = self.ranges.map(|r| r.finish(&live));
+        Replayed {
+            rows,
+            totals: self.totals,
+            unknown_frees: self.unknown_frees,
+            failed_frees: self.failed_frees,
+            failures: self.failures,
+            live,
+            stacks: self.stacks.into_iter().collect(),
+            modules: self.modules,
+            python: self.python,
+            pipeline: self.pipeline,
+            ranges,
+            peak_allocations: self.peak_allocations,
+            nvml: {
+                let mut nvml = self.nvml;
+                nvml.sort_by_key(|d| d.device);
+                nvml
+            },
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `gpumemprof analyze`: one report of the whole trace: its summary, leak heuristics,
+//! signs of fragmentation, and plain recommendations. Every heuristic is deterministic:
+//! it depends on the order of events, never on their timing, so a program run twice gives
+//! the same findings.
+//!
+//! The heuristics read each (device, kind)'s live bytes as a series of **cycles**: a
+//! training step, a request, any loop that allocates then frees. A *low* is the live level
+//! where frees give way to allocations again; a *crest* the level where allocations give
+//! way to frees. The cycle an allocation belongs to is the number of lows of its row
+//! before it.
+//!
+//! ```text
+//!  live      crest   crest   crest         (weights freed at shutdown: no low after)
+//!   │        /\      /\      /\
+//!   │   /\  /  \    /  \    /  \
+//!   │  /  \/    \  /    \  /    \
+//!   │ /   low    \/  low \/      \
+//!   └────────────────────────────────► events
+//!      cycle 0 │ cycle 1 │ cycle 2 │ ...
+//! ```
+//!
+//! Definitions and thresholds are the constants below, documented in docs/REPORTS.md.
+
+//!
+//! Files: `model` (the report, thresholds, recommendations), `heuristics` (the observer
+//! and its findings); `build` and `write_text` below. `cmd/analyze.rs` holds the flags.
+
+mod heuristics;
+mod model;
+
+pub use heuristics::Analysis;
+pub use model::*;
+
+use std::io::{self, Write};
+
+use crate::replay::Replayed;
+use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
+use crate::symbolize::Symbolizer;
+use crate::term::{BOLD, DIM, WARN};
+use crate::units;
+
+pub fn build(
+    trace: TraceInfo,
+    r: &Replayed,
+    analysis: Analysis,
+    sym: &mut Symbolizer,
+    frames: usize,
+) -> AnalyzeReport {
+    let findings = analysis.findings(&trace, r, sym, frames);
+    let mut recommendations: Vec<Recommendation> = Vec::new();
+    for f in &findings {
+        if !recommendations.iter().any(|x| x.heuristic == f.heuristic) {
+            recommendations.push(Recommendation {
+                heuristic: f.heuristic,
+                text: recommendation(f.heuristic),
+            });
+        }
+    }
+    let summary = crate::report::summary::build(trace.clone(), r);
+    AnalyzeReport {
+        schema_version: SCHEMA_VERSION,
+        trace,
+        summary: Summary {
+            totals: summary.totals,
+            rows: summary.rows,
+            unknown_frees: summary.unknown_frees,
+            failed_frees: summary.failed_frees,
+        },
+        findings,
+        recommendations,
+    }
+}
+
+pub fn write_text(report: &AnalyzeReport, out: &mut dyn Write) -> io::Result<()> {
+    report.trace.write_text(out)?;
+    let t = &report.summary.totals;
+    writeln!(
+        out,
+        "peak {} at {}; live at end {} in {}",
+        units::bytes_exact(t.peak_bytes),
+        units::secs(t.peak_time_ns),
+        units::bytes_exact(t.live_bytes_at_end),
+        units::plural(t.live_allocations_at_end, "allocation", "allocations")
+    )?;
+    writeln!(
+        out,
+        "{}, {}, {} failed, {} unknown frees",
+        units::plural(t.allocations, "allocation", "allocations"),
+        units::plural(t.frees, "free", "frees"),
+        t.failed_allocations,
+        report.summary.unknown_frees
+    )?;
+    writeln!(out)?;
+    if report.findings.is_empty() {
+        return writeln!(out, "{BOLD}no findings{BOLD:#}");
+    }
+    let warnings = report.warnings() as u64;
+    let infos = report.findings.len() as u64 - warnings;
+    writeln!(
+        out,
+        "{BOLD}findings:{BOLD:#} {}, {}",
+        units::plural(warnings, "warning", "warnings"),
+        units::plural(infos, "note", "notes")
+    )?;
+    for f in &report.findings {
+        let (style, label) = if f.severity == "warning" {
+            (WARN, "WARNING")
+        } else {
+            (DIM, "note   ")
+        };
+        writeln!(
+            out,
+            "{style}{label}{style:#} {}: {}",
+            f.heuristic.replace('_', " "),
+            f.message
+        )?;
+        if f.stack_id.is_some() {
+            write_frames(out, &f.frames, "    ")?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "{BOLD}recommendations:{BOLD:#}")?;
+    for r in &report.recommendations {
+        writeln!(out, "  - {}", r.text)?;
+    }
+    Ok(())
+}
