@@ -2,20 +2,14 @@
 //! report, writes text or JSON to stdout, and maps every failure to one stderr line and
 //! an exit code from `error::Exit`.
 
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
-use serde::Serialize;
+use clap::{Parser, Subcommand};
 
-use crate::cmd::common::{self, gate, size_arg};
-use crate::cmd::ranks;
+use crate::cmd::common::size_arg;
+use crate::cmd::totals::{self, Frames, Input};
 use crate::error::{Error, Exit};
-use crate::replay::Loaded;
-use crate::report::by_range::{self, By};
-use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
-use crate::symbolize::Symbolizer;
 
 /// Report on a GPU memory trace written by the gpumemprof shim.
 #[derive(Debug, Parser)]
@@ -100,64 +94,17 @@ enum Command {
     Run(crate::cmd::run::Args),
 }
 
-#[derive(Debug, Args)]
-struct Input {
-    /// The trace file written by the shim (a directory: the traces in it).
-    trace: PathBuf,
-    /// More traces of the same job (one per rank): a line per trace, the highest rank,
-    /// and sites merged over them. A directory stands for the traces in it.
-    #[arg(value_name = "TRACE")]
-    more: Vec<PathBuf>,
-    /// Print the report as JSON (fields in docs/REPORTS.md) instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Group memory by the innermost NVTX range open on the allocating thread (one trace).
-    #[arg(long, value_enum, value_name = "WHAT")]
-    by: Option<By>,
-}
-
-impl Input {
-    /// `--by` reads one trace: with several, a usage error (exit 2).
-    fn check_by(&self) {
-        if self.by.is_some() && (!self.more.is_empty() || self.trace.is_dir()) {
-            use clap::CommandFactory;
-            Cli::command()
-                .error(
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--by range reads one trace file: give one TRACE",
-                )
-                .exit();
-        }
+/// `--by` reads one trace: with several, a usage error (exit 2).
+fn check_by(input: &Input) {
+    if input.by.is_some() && input.several().is_some() {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--by range reads one trace file: give one TRACE",
+            )
+            .exit();
     }
-
-    /// Several traces (more than one path, or a directory): the multi-trace report of
-    /// `cmd::ranks`. One trace file keeps the single-trace report.
-    fn several(&self) -> Option<Vec<PathBuf>> {
-        (!self.more.is_empty() || self.trace.is_dir()).then(|| {
-            std::iter::once(&self.trace)
-                .chain(&self.more)
-                .cloned()
-                .collect()
-        })
-    }
-
-    fn ranks(&self, which: ranks::Which) -> ranks::Options {
-        ranks::Options {
-            which,
-            json: self.json,
-            top: 0,
-            frames: DEFAULT_FRAMES,
-            max_peak: None,
-            max_leaked: None,
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-struct Frames {
-    /// Native stack frames shown per call site (0: all); Python frames are always shown.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_FRAMES)]
-    frames: usize,
 }
 
 /// Runs the command line; returns the process exit status.
@@ -190,22 +137,8 @@ pub fn run() -> ExitCode {
 fn execute(cli: &Cli) -> Result<(), Error> {
     match &cli.command {
         Command::Summary { input, max_peak } => {
-            input.check_by();
-            if let Some(traces) = input.several() {
-                let opts = ranks::Options {
-                    max_peak: *max_peak,
-                    ..input.ranks(ranks::Which::Summary)
-                };
-                return ranks::run(&traces, &opts);
-            }
-            let loaded = load(&input.trace)?;
-            let mut report =
-                summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
-            if input.by == Some(By::Range) {
-                report.by_range = Some(by_range::summary(&loaded.replayed));
-            }
-            emit(input.json, &report, summary::write_text)?;
-            gate("peak", report.totals.peak_bytes, "--max-peak", *max_peak)
+            check_by(input);
+            totals::summary(input, *max_peak)
         }
         Command::Peak {
             input,
@@ -213,27 +146,8 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             frames,
             max_peak,
         } => {
-            input.check_by();
-            if let Some(traces) = input.several() {
-                let opts = ranks::Options {
-                    top: *top,
-                    frames: frames.frames,
-                    max_peak: *max_peak,
-                    ..input.ranks(ranks::Which::Peak)
-                };
-                return ranks::run(&traces, &opts);
-            }
-            let loaded = load(&input.trace)?;
-            let r = &loaded.replayed;
-            let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
-            let trace = TraceInfo::new(&input.trace, &loaded);
-            let mut report = peak::build(trace, r, &mut sym, *top, frames.frames);
-            if input.by == Some(By::Range) {
-                report.by_range = Some(by_range::peak(r, *top));
-            }
-            crate::input::warn_all(sym.take_warnings());
-            emit(input.json, &report, peak::write_text)?;
-            gate("peak", r.totals.peak_bytes, "--max-peak", *max_peak)
+            check_by(input);
+            totals::peak(input, *top, frames.frames, *max_peak)
         }
         Command::Leaks {
             input,
@@ -241,27 +155,8 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             frames,
             max_leaked,
         } => {
-            input.check_by();
-            if let Some(traces) = input.several() {
-                let opts = ranks::Options {
-                    top: *top,
-                    frames: frames.frames,
-                    max_leaked: *max_leaked,
-                    ..input.ranks(ranks::Which::Leaks)
-                };
-                return ranks::run(&traces, &opts);
-            }
-            let loaded = load(&input.trace)?;
-            let r = &loaded.replayed;
-            let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
-            let trace = TraceInfo::new(&input.trace, &loaded);
-            let mut report = leaks::build(trace, r, &mut sym, *top, frames.frames);
-            if input.by == Some(By::Range) {
-                report.by_range = Some(by_range::leaks(r, *top));
-            }
-            crate::input::warn_all(sym.take_warnings());
-            emit(input.json, &report, leaks::write_text)?;
-            gate("leaked", report.total_bytes, "--max-leaked", *max_leaked)
+            check_by(input);
+            totals::leaks(input, *top, frames.frames, *max_leaked)
         }
         Command::Oom(args) => crate::cmd::oom::run(args),
         Command::Flamegraph(args) => crate::cmd::flamegraph::run(args),
@@ -277,19 +172,4 @@ fn execute(cli: &Cli) -> Result<(), Error> {
         // Handled by `run` before this point (it returns the program's exit status).
         Command::Run(_) => Ok(()),
     }
-}
-
-/// Opens and replays the whole trace (progress bar, Ctrl-C). A truncated trace is not
-/// an error: it is reported from its complete blocks, with one warning.
-fn load(path: &Path) -> Result<Loaded, Error> {
-    crate::input::load(path)
-}
-
-/// Writes `report` to stdout as pretty JSON or through its text renderer.
-fn emit<T: Serialize>(
-    json: bool,
-    report: &T,
-    text: fn(&T, &mut dyn Write) -> io::Result<()>,
-) -> Result<(), Error> {
-    common::emit(json, report, text)
 }

@@ -30,7 +30,7 @@ const FIRST_WIDTH_NS: u64 = 1_000;
 
 /// The error code of an out-of-memory failure (`cudaErrorMemoryAllocation`,
 /// `CUDA_ERROR_OUT_OF_MEMORY` and `hipErrorOutOfMemory` are all 2).
-pub const OOM_RESULT: u32 = 2;
+pub const OOM_RESULT: u32 = gpumemprof_format::OUT_OF_MEMORY;
 
 /// One bucket of one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

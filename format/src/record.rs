@@ -96,6 +96,10 @@ pub struct Alloc {
 
 /// Flags on a free: the free is stream-ordered (`cudaFreeAsync`, `cuMemFreeAsync`).
 pub const FREE_STREAM_ORDERED: u8 = 1;
+/// `AllocFailed::result` of an allocation that ran out of memory: the same code in every
+/// API the shim hooks (`cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`,
+/// `hipErrorOutOfMemory`).
+pub const OUT_OF_MEMORY: u32 = 2;
 /// Flags on a free: it releases every live allocation of the address space that lies in
 /// `[address, address + size)` (`cuMemUnmap` over several mappings), not one address.
 pub const FREE_RANGE: u8 = 2;

@@ -24,6 +24,7 @@ pub mod monitor;
 pub mod oom;
 // summary/peak/leaks over several traces (one per rank) or a directory.
 pub mod ranks;
+pub mod totals;
 pub mod track;
 
 use std::io::{self, Write};

@@ -6,3 +6,4 @@
 pub mod chart;
 pub mod flamegraph;
 pub mod html;
+pub mod inline_svg;

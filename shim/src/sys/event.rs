@@ -37,9 +37,8 @@ pub struct Event {
     pub mem: u8,
 }
 
-/// `cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorOutOfMemory`: the
-/// result of an allocation that ran out of memory, in every API the hooks know.
-pub const OUT_OF_MEMORY: u32 = 2;
+/// The result of an allocation that ran out of memory, in every API the hooks know.
+pub use gpumemprof_format::OUT_OF_MEMORY;
 
 impl Event {
     /// An event of `kind` with every other field zero (device -1: unknown).

@@ -1,0 +1,153 @@
+//! `summary`, `peak` and `leaks`: the report of one trace (`report/`), or of several, one
+//! per rank (`ranks`), with `--by range` and the gates.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::cmd::common::{emit, gate};
+use crate::cmd::ranks;
+use crate::error::Error;
+use crate::input::{load, warn_all};
+use crate::replay::Replayed;
+use crate::report::by_range::{self, By};
+use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
+use crate::symbolize::Symbolizer;
+
+#[derive(Debug, Args)]
+pub struct Input {
+    /// The trace file written by the shim (a directory: the traces in it).
+    pub trace: PathBuf,
+    /// More traces of the same job (one per rank): a line per trace, the highest rank,
+    /// and sites merged over them. A directory stands for the traces in it.
+    #[arg(value_name = "TRACE")]
+    pub more: Vec<PathBuf>,
+    /// Print the report as JSON (fields in docs/REPORTS.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Group memory by the innermost NVTX range open on the allocating thread (one trace).
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub by: Option<By>,
+}
+
+impl Input {
+    /// Several traces (more than one path, or a directory): the multi-trace report of
+    /// `cmd::ranks`. One trace file keeps the single-trace report.
+    pub fn several(&self) -> Option<Vec<PathBuf>> {
+        (!self.more.is_empty() || self.trace.is_dir()).then(|| {
+            std::iter::once(&self.trace)
+                .chain(&self.more)
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn ranks(&self, which: ranks::Which) -> ranks::Options {
+        ranks::Options {
+            which,
+            json: self.json,
+            top: 0,
+            frames: DEFAULT_FRAMES,
+            max_peak: None,
+            max_leaked: None,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct Frames {
+    /// Native stack frames shown per call site (0: all); Python frames are always shown.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_FRAMES)]
+    pub frames: usize,
+}
+
+pub fn summary(input: &Input, max_peak: Option<u64>) -> Result<(), Error> {
+    if let Some(traces) = input.several() {
+        let opts = ranks::Options {
+            max_peak,
+            ..input.ranks(ranks::Which::Summary)
+        };
+        return ranks::run(&traces, &opts);
+    }
+    let loaded = load(&input.trace)?;
+    let mut report = summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
+    if input.by == Some(By::Range) {
+        report.by_range = Some(by_range::summary(&loaded.replayed));
+    }
+    emit(input.json, &report, summary::write_text)?;
+    gate("peak", report.totals.peak_bytes, "--max-peak", max_peak)
+}
+
+pub fn peak(input: &Input, top: usize, frames: usize, max_peak: Option<u64>) -> Result<(), Error> {
+    let opts = ranks::Options {
+        top,
+        frames,
+        max_peak,
+        ..input.ranks(ranks::Which::Peak)
+    };
+    sites(input, opts, |trace, r, sym, by| {
+        let mut report = peak::build(trace, r, sym, top, frames);
+        if by {
+            report.by_range = Some(by_range::peak(r, top));
+        }
+        let total = r.totals.peak_bytes;
+        (
+            report,
+            peak::write_text,
+            ("peak", total, "--max-peak", max_peak),
+        )
+    })
+}
+
+pub fn leaks(
+    input: &Input,
+    top: usize,
+    frames: usize,
+    max_leaked: Option<u64>,
+) -> Result<(), Error> {
+    let opts = ranks::Options {
+        top,
+        frames,
+        max_leaked,
+        ..input.ranks(ranks::Which::Leaks)
+    };
+    sites(input, opts, |trace, r, sym, by| {
+        let mut report = leaks::build(trace, r, sym, top, frames);
+        if by {
+            report.by_range = Some(by_range::leaks(r, top));
+        }
+        let total = report.total_bytes;
+        (
+            report,
+            leaks::write_text,
+            ("leaked", total, "--max-leaked", max_leaked),
+        )
+    })
+}
+
+/// What a site report's gate checks: its name, the value, the flag and its limit.
+type Gate = (&'static str, u64, &'static str, Option<u64>);
+/// A report's text renderer.
+type Text<T> = fn(&T, &mut dyn std::io::Write) -> std::io::Result<()>;
+
+/// `peak` and `leaks`: several traces go to `ranks`; one is replayed, symbolized,
+/// reported by `build` (with `--by range` when asked), printed, then gated.
+fn sites<T: Serialize>(
+    input: &Input,
+    several: ranks::Options,
+    build: impl FnOnce(TraceInfo, &Replayed, &mut Symbolizer, bool) -> (T, Text<T>, Gate),
+) -> Result<(), Error> {
+    if let Some(traces) = input.several() {
+        return ranks::run(&traces, &several);
+    }
+    let loaded = load(&input.trace)?;
+    let r = &loaded.replayed;
+    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let trace = TraceInfo::new(&input.trace, &loaded);
+    let (report, text, (what, value, flag, limit)) =
+        build(trace, r, &mut sym, input.by == Some(By::Range));
+    warn_all(sym.take_warnings());
+    emit(input.json, &report, text)?;
+    gate(what, value, flag, limit)
+}

@@ -1,0 +1,166 @@
+//! The `oom` report's types: its JSON form (docs/REPORTS.md, "oom").
+
+use serde::Serialize;
+
+use crate::report::TraceInfo;
+use crate::symbolize::Frame;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OomReport {
+    pub schema_version: u32,
+    pub trace: TraceInfo,
+    pub failure_counts: FailureCounts,
+    /// The failure explained; `null` when the trace has no out-of-memory failure (then
+    /// every field below is `null` too, except `verdict`).
+    pub failure: Option<FailureInfo>,
+    pub live: Option<LiveAtFailure>,
+    pub growth: Option<Growth>,
+    /// The latest NVML sample of the failing device at or before the failure; `null`
+    /// without one (or for pinned host memory).
+    pub nvml: Option<NvmlAtFailure>,
+    /// `exceeds_total`, `fragmentation`, `live_data`, `untracked`, `host_memory` or
+    /// `unknown` (docs/REPORTS.md says how each is decided).
+    pub cause: Option<&'static str>,
+    pub hint: Option<String>,
+    /// One line that says it all.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FailureCounts {
+    /// Allocation calls that failed with out-of-memory (error 2), kept or not.
+    pub out_of_memory: u64,
+    /// Of those, kept with their details (at most 1000): what `--index` counts.
+    pub kept: u64,
+    /// Kept failures that a later allocation of their size made good.
+    pub transient: u64,
+    /// Kept failures that nothing made good.
+    pub r#final: u64,
+    /// Allocation calls that failed with another error (bad arguments...).
+    pub other_failed_allocations: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureInfo {
+    /// Position among the kept failures (what `--index` takes).
+    pub index: usize,
+    /// Position among all out-of-memory failures of the trace.
+    pub ordinal: u64,
+    pub time_ns: u64,
+    /// The API's name from the trace header (`api#N` if the header lacks it).
+    pub api: String,
+    pub kind: &'static str,
+    pub device: i32,
+    /// Bytes requested.
+    pub size: u64,
+    pub tid: u32,
+    pub stream: u64,
+    pub pool: u64,
+    /// The API's error code (2).
+    pub result: u32,
+    pub stack_id: u64,
+    pub frames: Vec<Frame>,
+    /// The device's free and total memory read right after the failure; `null` when the
+    /// shim could not read them.
+    pub mem_free_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    /// `transient` or `final`.
+    pub outcome: &'static str,
+    /// The allocation that made it transient.
+    pub retry: Option<RetryInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RetryInfo {
+    pub time_ns: u64,
+    pub api: String,
+    pub kind: &'static str,
+    pub device: i32,
+    pub size: u64,
+    pub tid: u32,
+    pub stack_id: u64,
+    /// Made by the failing thread (else: another thread, from the same stack).
+    pub same_thread: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveAtFailure {
+    /// What was counted: `device` and `managed` memory of the failing device, or all
+    /// `pinned_host` memory for a pinned host request (see `scan::competes`).
+    pub kinds: Vec<&'static str>,
+    pub device: Option<i32>,
+    pub bytes: u64,
+    pub count: u64,
+    pub by_kind: Vec<KindBytes>,
+    /// Distinct call stacks holding live memory.
+    pub sites_total: u64,
+    /// Live bytes by call stack, largest first, at most `--top`.
+    pub sites: Vec<SiteInfo>,
+    /// The largest live allocations, at most `--top`.
+    pub largest: Vec<AllocInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KindBytes {
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteInfo {
+    pub stack_id: u64,
+    pub bytes: u64,
+    pub count: u64,
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocInfo {
+    /// Hex string, as frame addresses.
+    pub address: String,
+    pub size: u64,
+    pub kind: &'static str,
+    pub time_ns: u64,
+    pub stack_id: u64,
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Growth {
+    pub window_ns: u64,
+    /// Failure time minus the window (0 at the earliest).
+    pub start_ns: u64,
+    pub bytes_at_start: u64,
+    pub bytes_at_failure: u64,
+    /// `bytes_at_failure - bytes_at_start` (negative when memory shrank).
+    pub growth_bytes: i64,
+    /// Stacks whose live bytes grew, most first, at most `--top`.
+    pub sites: Vec<GrowthSite>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GrowthSite {
+    pub stack_id: u64,
+    pub bytes_at_start: u64,
+    pub bytes_at_failure: u64,
+    pub growth_bytes: i64,
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct NvmlAtFailure {
+    pub device: i32,
+    pub time_ns: u64,
+    /// What NVML said this process used on the device.
+    pub process_used_bytes: u64,
+    /// Used by all processes.
+    pub device_used_bytes: u64,
+    pub device_total_bytes: u64,
+    /// `device` bytes the hooks tracked live at the sample's time.
+    pub tracked_bytes: u64,
+    /// `process_used_bytes - tracked_bytes`: context, library workspaces, unhooked paths.
+    pub untracked_bytes: u64,
+    /// `device_used_bytes - process_used_bytes`: other processes on the device.
+    pub other_processes_bytes: u64,
+}
