@@ -1,9 +1,10 @@
-//! gpumemprof-analyzer: reads a trace written by the gpumemprof shim and reports on it
-//! (`summary`, `peak`, `leaks`). `replay` is the one streaming pass over the records;
-//! each report is a module under `report`; `cli` wires them into the `gpumemprof` command.
-//! The views that write a file (flamegraph, timeline, HTML report, exports) watch the same
-//! pass (`observe`), keep a bounded `timeline` or a `snapshot` of live memory by stack, and
-//! render through `views`; their commands live under `cmd`.
+//! gpumemprof-analyzer: reads a trace written by the gpumemprof shim and reports on it.
+//! Layers, from the bottom: `units`, `fasthash`, `error`, `term`; `replay` (the one
+//! streaming pass over the records) and `observe` (what watches it); `input` (open and
+//! load a trace); `symbolize`, `timeline`, `snapshot`, `live` (a trace being written),
+//! `nvml`; the engines: `report` (every report), `export` (other tools' formats), `views`
+//! (flamegraph, chart, HTML); `cmd` (each command's flags and run) and `cli` on top.
+//! docs/ARCHITECTURE.md draws the flow.
 
 pub mod bench;
 pub mod cli;

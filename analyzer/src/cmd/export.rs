@@ -8,7 +8,7 @@
 //! * `telemetry`: JSON lines of the older gpumemprof's TelemetryEvent v2, see
 //!   cmd/telemetry.rs
 //! * `torch-snapshot`: PyTorch's memory snapshot pickle (pytorch.org/memory_viz, ptmem), see
-//!   torch_snapshot.rs
+//!   export/torch_snapshot/
 
 use std::path::PathBuf;
 
@@ -149,7 +149,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
                 .done(&format!("{lines} TelemetryEvent v2 lines (JSON lines)"));
         }
         Format::TorchSnapshot => {
-            // Binary: a file only. Streamed, one pass per device (see torch_snapshot.rs).
+            // Binary: a file only. Streamed, one pass per device (see export/torch_snapshot/).
             args.output
                 .require_file("a PyTorch memory snapshot (a binary pickle)")?;
             let written = crate::export::torch_snapshot::export(

@@ -1,19 +1,24 @@
-//! Commands that write a file (`flamegraph`, `timeline`, `report`, `export`): each module
-//! holds its clap arguments and its `run`, wired into `cli` by one enum variant and one
-//! match arm. What they share lives here: reading the trace with observers, the moment
-//! flags, and the output file (`-o FILE`, `-o -` for stdout where it makes sense, never
-//! overwriting without `-f`).
+//! The commands: each module holds one command's clap arguments and its `run` (thin: the
+//! engines are in `report/`, `export/`, `views/`, `live/`), wired into `cli` by one enum
+//! variant and one match arm. What the commands that write a file share lives here:
+//! reading the trace with observers, the moment flags, and the output file (`-o FILE`,
+//! `-o -` for stdout where it makes sense, never overwriting without `-f`).
 
+// Commands that write a file.
 pub mod export;
 pub mod flamegraph;
 pub mod report;
+pub mod timeline;
 // The launcher (`gpumemprof run`): runs a command under the shim.
 pub mod run;
-pub mod timeline;
 
-// The checking commands (diff, analyze, info, monitor, track, diagnose, the telemetry
-// export) and what they share (`common`: reading with progress and Ctrl-C, printing,
-// gates; `follow`: the flags that follow a trace being written).
+// summary/peak/leaks (`totals`), over several traces, one per rank, or a directory
+// (`ranks`).
+pub mod ranks;
+pub mod totals;
+
+// The checking commands and what they share (`common`: printing, gates; `follow`: the
+// flags of the commands that follow a trace being written).
 pub mod analyze;
 pub mod common;
 pub mod diagnose;
@@ -22,9 +27,6 @@ pub mod follow;
 pub mod info;
 pub mod monitor;
 pub mod oom;
-// summary/peak/leaks over several traces (one per rank) or a directory.
-pub mod ranks;
-pub mod totals;
 pub mod track;
 
 use std::io::{self, Write};
@@ -178,7 +180,7 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
 }
 
 /// Opens and replays the whole trace, showing it to `observers` (progress, Ctrl-C and the
-/// truncated-trace warning as for every command: see `common`).
+/// truncated-trace warning as for every command: see `input.rs`).
 pub fn load(path: &Path, observers: &mut [&mut dyn Observer]) -> Result<Loaded, Error> {
     crate::input::load_observed(path, observers)
 }

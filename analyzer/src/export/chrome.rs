@@ -164,13 +164,13 @@ struct Started {
 struct Thread {
     open: Vec<Pushed>,
     /// Pushes not opened because of `MAX_OPEN`: the thread's next pops close these first,
-    /// as `ranges.rs` does.
+    /// as `replay/ranges.rs` does.
     skipped: u64,
 }
 
 /// Writes each NVTX record as trace events to `out` during the pass, each event followed
 /// by `,` and a newline (the file goes on with `write_end`). Pairs push/pop per thread and
-/// domain and start/end by range id exactly as `ranges.rs` does; holds only the open ranges
+/// domain and start/end by range id exactly as `replay/ranges.rs` does; holds only the open ranges
 /// (at most `MAX_OPEN`) and the strings. A write error stops the writing and is returned by
 /// `finish`.
 pub struct NvtxEvents<W: Write> {

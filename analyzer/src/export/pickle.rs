@@ -1,5 +1,5 @@
 //! A small streaming pickle writer (protocol 4 opcodes), for the PyTorch memory snapshot
-//! export (`torch_snapshot.rs`). It writes opcodes straight to an `io::Write` as the caller
+//! export (`torch_snapshot/`). It writes opcodes straight to an `io::Write` as the caller
 //! builds the object, so nothing is held in memory but the memo's keys.
 //!
 //! ```text

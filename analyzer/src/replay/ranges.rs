@@ -25,7 +25,7 @@
 //! per (domain, name), and the open ranges (at most `MAX_OPEN` in all).
 //!
 //! The peak is the peak of all memory (`totals`): the per-range bytes are copied lazily at
-//! the first free after a new high-water mark, as `replay.rs` does for stacks.
+//! the first free after a new high-water mark, as the pass (`pass.rs`) does for stacks.
 
 use std::collections::HashMap;
 

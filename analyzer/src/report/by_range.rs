@@ -1,5 +1,5 @@
 //! `--by range` of `summary`, `peak` and `leaks`: the same memory grouped by the NVTX range
-//! that was innermost on the allocating thread when the allocation was made (`ranges.rs`
+//! that was innermost on the allocating thread when the allocation was made (`replay/ranges.rs`
 //! attributes it during the replay). Each report gets a `by_range` object in JSON and a
 //! range table in text. A trace without NVTX records has one group, `<no range>`.
 

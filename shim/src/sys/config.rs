@@ -22,7 +22,7 @@ impl StackMode {
     }
 }
 
-/// Which unwinder captures native stacks (see `stack.rs`).
+/// Which unwinder captures native stacks (see `capture/stack.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnwindMode {
     /// Cached CFI rules; stacks it cannot unwind exactly go to `Slow`.

@@ -1,5 +1,5 @@
 //! The event a hooked call hands to the writer thread: one cache line (64 bytes), no
-//! pointers, its stack already interned to an id (see `intern.rs`). The thread id is
+//! pointers, its stack already interned to an id (see `capture/intern.rs`). The thread id is
 //! not in it: each thread's ring knows its thread (`ring.rs`).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -8,7 +8,7 @@ pub enum EventKind {
     Alloc,
     Free,
     AllocFailed,
-    /// An NVTX range or mark (`nvtx.rs`): `mem` holds the `NvtxOp`, `address` the domain's
+    /// An NVTX range or mark (`hooks/nvtx.rs`): `mem` holds the `NvtxOp`, `address` the domain's
     /// name id, `size` the message's name id, `aux` the start/end range id.
     Nvtx,
 }

@@ -1,5 +1,5 @@
 //! The event pipeline: each hooked thread pushes its events (stacks already interned,
-//! see capture/intern.rs) into its own bounded ring (ring.rs); one writer thread drains every
+//! see capture/intern.rs) into its own bounded ring (capture/ring.rs); one writer thread drains every
 //! ring, writes the definitions of new stacks, puts events back in time order, encodes
 //! them and writes compressed blocks.
 //!
