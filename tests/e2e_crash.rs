@@ -684,6 +684,49 @@ fn forking_50_times_in_trace_mode_while_4_threads_allocate_gives_each_child_its_
     }
 }
 
+/// A parent and 200 workers forked at once, each recording: every line the shims print on
+/// the shared stderr is whole (each is one `write(2)`), one "recording" and one "wrote" line
+/// per process.
+#[test]
+fn workers_forked_at_once_print_whole_stderr_lines() {
+    let dir = scratch("crash_fork_at_once");
+    let template = dir.join("t.%p.trace");
+    let mut cmd = under_shim("fork_at_once", &["200"], &template, &[]);
+    cmd.env_remove("GPUMEMPROF_QUIET");
+    let ended = Running::start(cmd).finish(Duration::from_secs(120));
+    assert_eq!(ended.status.code(), Some(0), "{}", ended.stderr);
+    assert_eq!(ended.stdout, "children_ok=200\n");
+    let (mut recording, mut wrote) = (0, 0);
+    for line in ended.stderr.lines() {
+        let path = |rest: &str| rest.starts_with(dir.to_str().unwrap()) && rest.ends_with(".trace");
+        if let Some(rest) = line.strip_prefix("gpumemprof: recording GPU allocations of pid ") {
+            let (pid, to) = rest.split_once(" to ").expect(line);
+            assert!(
+                pid.parse::<u32>().is_ok() && path(to),
+                "a mixed line: {line:?}"
+            );
+            recording += 1;
+        } else if let Some(rest) = line.strip_prefix("gpumemprof: wrote ") {
+            let (events, rest) = rest.split_once(" events to ").expect(line);
+            let (to, leaks) = rest
+                .split_once("; see what leaked with: gpumemprof leaks ")
+                .expect(line);
+            assert!(
+                events.parse::<u64>().is_ok() && path(to) && to == leaks,
+                "a mixed line: {line:?}"
+            );
+            wrote += 1;
+        } else {
+            panic!(
+                "a line no process printed whole: {line:?}\nstderr:\n{}",
+                ended.stderr
+            );
+        }
+    }
+    assert_eq!((recording, wrote), (201, 201), "{}", ended.stderr);
+    assert_eq!(trace_files(&dir).len(), 201);
+}
+
 /// Runs fork_children with `fork` (None: GPUMEMPROF_FORK unset); returns the parent's pid,
 /// the children's pids (in order) and the trace folder.
 fn run_fork_children(test: &str, fork: Option<&str>) -> (u32, Vec<u32>, PathBuf) {

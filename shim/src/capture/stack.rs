@@ -135,9 +135,9 @@ mod check {
             // SAFETY: as above.
             let fast = unsafe { std::slice::from_raw_parts(fast.as_ptr() as *const u64, nf) };
             if fast != slow && DIFFERED.fetch_add(1, Ordering::Relaxed) < PRINTED {
-                eprintln!(
-                    "gpumemprof: unwind check: the stacks differ\n  fast: {fast:x?}\n  slow: {slow:x?}"
-                );
+                crate::sys::diag::line(&format!(
+                    "gpumemprof: unwind check: the stacks differ\n  fast: {fast:x?}\n  slow: {slow:x?}\n"
+                ));
             }
         }
         n

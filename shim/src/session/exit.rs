@@ -4,7 +4,7 @@
 
 use super::unfinished;
 use crate::capture::thread::Guard;
-use crate::sys::diag::{quiet, warn};
+use crate::sys::diag::{say, warn};
 use crate::sys::dl;
 use std::ffi::{c_int, CStr};
 use std::time::Duration;
@@ -18,10 +18,10 @@ fn finish_trace() {
     let _g = Guard::enter();
     match p.shutdown(EXIT_FLUSH_TIMEOUT) {
         Some((events, path)) => {
-            if !quiet() && !path.is_empty() {
-                eprintln!(
-                    "gpumemprof: wrote {events} events to {path}; see what leaked with: gpumemprof leaks {path}"
-                );
+            if !path.is_empty() {
+                say(&format!(
+                    "wrote {events} events to {path}; see what leaked with: gpumemprof leaks {path}"
+                ));
             }
         }
         None => warn(

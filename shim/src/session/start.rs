@@ -6,7 +6,7 @@ use super::{signals, FORK_OFF, OWNER_PID, PIPELINE, STACK_DEPTH};
 use crate::capture::{modules, python, stack};
 use crate::sys::clock;
 use crate::sys::config::{env, Config, ForkMode, Mode, StackMode};
-use crate::sys::diag::{set_quiet, warn};
+use crate::sys::diag::{say, set_quiet, warn};
 use crate::sys::hooklist::apis_json;
 use crate::writer::output::{self, OpenError};
 use crate::writer::{Pipeline, WriterCore};
@@ -93,13 +93,11 @@ pub(super) fn start() -> Option<&'static Pipeline> {
     if cfg.signals {
         signals::install();
     }
-    if !cfg.quiet {
-        if let Some(path) = &path {
-            eprintln!(
-                "gpumemprof: recording GPU allocations of pid {} to {path}",
-                ph.pid
-            );
-        }
+    if let Some(path) = &path {
+        say(&format!(
+            "recording GPU allocations of pid {} to {path}",
+            ph.pid
+        ));
     }
     Some(p)
 }

@@ -14,7 +14,7 @@ use super::pending::Pending;
 use super::recorder::Recorder;
 use crate::capture::{intern, modules, nvtx_names, python};
 use crate::sys::clock;
-use crate::sys::diag::warn;
+use crate::sys::diag::{say, warn};
 use crate::sys::event::{Event, EventKind, OUT_OF_MEMORY};
 use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, Nvtx, NvtxOp, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
@@ -340,9 +340,9 @@ impl WriterCore {
         }
         self.flush_block();
         if !self.quiet {
-            eprintln!(
-                "gpumemprof: out of memory: the flight recorder wrote {n_base} live allocations and the last {n_ring} events to {path}; recording goes on"
-            );
+            say(&format!(
+                "out of memory: the flight recorder wrote {n_base} live allocations and the last {n_ring} events to {path}; recording goes on"
+            ));
         }
         self.path = path.clone();
         self.new_path = Some(path);
