@@ -140,7 +140,7 @@ fn the_programs_exit_status_is_the_launchers() {
     assert_eq!(e.stdout, "allocated\n");
     let mut want = vec![
         format!("gpumemprof: writing {}", text(&trace)),
-        "gpumemprof: python3 was ended by signal 9".to_string(),
+        "gpumemprof: python3 was ended by SIGKILL (signal 9)".to_string(),
     ];
     want.extend(one_trace(text(&trace)));
     assert_eq!(e.stderr.lines().collect::<Vec<_>>(), want);
@@ -199,7 +199,7 @@ fn sigint_sent_to_the_launcher_alone_reaches_the_program() {
     assert_eq!(e.code(), Some(130), "{}", e.stderr);
     assert!(
         e.stderr
-            .contains("gpumemprof: python3 was ended by signal 2\n"),
+            .contains("gpumemprof: python3 was ended by SIGINT (signal 2)\n"),
         "{}",
         e.stderr
     );

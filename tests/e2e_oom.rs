@@ -74,18 +74,7 @@ fn mem_info_missing(test: &str, failure: &Value) -> bool {
 }
 
 fn oom_text(trace: &Path, extra: &[&str]) -> String {
-    let out = analyzer()
-        .arg("oom")
-        .arg(trace)
-        .args(extra)
-        .output()
-        .expect("run gpumemprof");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+    report_text("oom", trace, extra)
 }
 
 /// The checks shared by the exiting and the killed run of `oom_final`.

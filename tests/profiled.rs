@@ -100,6 +100,23 @@ pub fn report(cmd: &str, trace: &Path, extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("gpumemprof printed JSON")
 }
 
+/// `gpumemprof <cmd> <trace> <extra>` as text; panics unless it exits 0.
+pub fn report_text(cmd: &str, trace: &Path, extra: &[&str]) -> String {
+    let out = analyzer()
+        .arg(cmd)
+        .arg(trace)
+        .args(extra)
+        .output()
+        .expect("run gpumemprof");
+    assert!(
+        out.status.success(),
+        "gpumemprof {cmd} failed ({:?}): {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
 /// The stderr lines the shim itself printed.
 pub fn shim_lines(stderr: &str) -> Vec<&str> {
     stderr

@@ -141,8 +141,8 @@ fn two_devices_one_leak_each() {
     assert_eq!(
         s["trace"],
         json!({"path": trace.to_str(), "pid": 4242, "argv": ["./train", "--epochs", "3"],
-               "complete": true, "truncated": false, "events": 6, "queue_waits": 2,
-               "dropped": 0, "duration_ns": 60})
+               "complete": true, "ending": null, "truncated": false, "events": 6,
+               "queue_waits": 2, "dropped": 0, "duration_ns": 60})
     );
     assert_eq!(
         s["rows"],
@@ -557,6 +557,7 @@ fn every_report_has_schema_version_1_and_the_trace_object() {
             "pid",
             "argv",
             "complete",
+            "ending",
             "truncated",
             "events",
             "queue_waits",
@@ -568,6 +569,8 @@ fn every_report_has_schema_version_1_and_the_trace_object() {
         got.sort_unstable();
         assert_eq!(got, want, "{cmd}");
         assert_eq!(v["trace"]["complete"], false, "{cmd}");
+        // A trace without an Ending record (an older shim, a process still running).
+        assert_eq!(v["trace"]["ending"], Value::Null, "{cmd}");
     }
 }
 

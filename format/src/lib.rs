@@ -36,6 +36,7 @@
 //! 11 NvtxString:  id, len, UTF-8 bytes
 //! 12 PackedAlloc: mask, dt, [tid], [api], [kind], [device(zz)], [stream], [pool],
 //!                 address delta(zz), size, stack
+//! 14 Ending:      time, how (1 exit, 2 signal), code (exit status zz, or signal number)
 //! 13 PackedFree:  mask, dt, [tid], [api], [stream], address delta(zz), stack, [result],
 //!                 [flags], [kind], [size]
 //!
@@ -84,6 +85,7 @@ pub mod kind {
     pub const NVTX_STRING: u8 = 11;
     pub const PACKED_ALLOC: u8 = 12;
     pub const PACKED_FREE: u8 = 13;
+    pub const ENDING: u8 = 14;
 }
 
 /// The JSON header may not exceed this (real headers are a few KiB; argv is capped by the shim).

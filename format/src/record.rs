@@ -177,6 +177,64 @@ pub struct Stats {
     pub dropped: u64,
 }
 
+/// How the process ended, as the shim saw it: recorded just before the End record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// `exit(status)`, a return from `main`, or `_exit(status)`.
+    Exit(i32),
+    /// A fatal signal whose default action ends the process (SIGSEGV, SIGABRT, SIGTERM...).
+    Signal(u32),
+}
+
+impl Ending {
+    /// The signal's name (`SIGSEGV`), for the signals a Linux process can die of;
+    /// `signal N` is the caller's to write for others.
+    pub fn signal_name(sig: u32) -> Option<&'static str> {
+        const NAMES: [&str; 32] = [
+            "",
+            "SIGHUP",
+            "SIGINT",
+            "SIGQUIT",
+            "SIGILL",
+            "SIGTRAP",
+            "SIGABRT",
+            "SIGBUS",
+            "SIGFPE",
+            "SIGKILL",
+            "SIGUSR1",
+            "SIGSEGV",
+            "SIGUSR2",
+            "SIGPIPE",
+            "SIGALRM",
+            "SIGTERM",
+            "SIGSTKFLT",
+            "SIGCHLD",
+            "SIGCONT",
+            "SIGSTOP",
+            "SIGTSTP",
+            "SIGTTIN",
+            "SIGTTOU",
+            "SIGURG",
+            "SIGXCPU",
+            "SIGXFSZ",
+            "SIGVTALRM",
+            "SIGPROF",
+            "SIGWINCH",
+            "SIGIO",
+            "SIGPWR",
+            "SIGSYS",
+        ];
+        NAMES.get(sig as usize).copied().filter(|n| !n.is_empty())
+    }
+}
+
+/// The `Ending` record: when, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndingRecord {
+    pub time_ns: u64,
+    pub ending: Ending,
+}
+
 /// Device memory as NVML saw it at one moment (sampled by the shim's writer thread).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sample {
@@ -331,6 +389,9 @@ pub enum Record {
     /// Written once when the trace is closed cleanly; its absence means the process
     /// died (or was still running) before the final flush.
     End(Stats),
+    /// How the process ended (an exit status or a fatal signal), just before `End`;
+    /// absent in traces of shims older than this record.
+    Ending(EndingRecord),
     /// A record kind this reader does not know (written by a newer shim); skipped.
     Unknown {
         kind: u8,

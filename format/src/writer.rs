@@ -10,8 +10,8 @@ use zstd::zstd_safe::{self, CParameter};
 
 use crate::packed::Running;
 use crate::record::{
-    Alloc, AllocFailed, Free, Module, Nvtx, PyCode, Record, Sample, Stats, MAX_NVTX_STRING,
-    MAX_PY_STRING,
+    Alloc, AllocFailed, Ending, EndingRecord, Free, Module, Nvtx, PyCode, Record, Sample, Stats,
+    MAX_NVTX_STRING, MAX_PY_STRING,
 };
 use crate::varint::{put_u64, zigzag};
 use crate::{
@@ -373,6 +373,24 @@ impl BlockEncoder {
         self.counters(kind::STATS, s);
     }
 
+    /// How the process ended (written just before `end`).
+    pub fn ending(&mut self, e: &EndingRecord) {
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, e.time_ns);
+        match e.ending {
+            Ending::Exit(status) => {
+                put_u64(s, 1);
+                put_u64(s, zigzag(i64::from(status)));
+            }
+            Ending::Signal(sig) => {
+                put_u64(s, 2);
+                put_u64(s, u64::from(sig));
+            }
+        }
+        self.commit(kind::ENDING);
+    }
+
     /// The final record of a cleanly closed trace.
     pub fn end(&mut self, s: &Stats) {
         self.counters(kind::END, s);
@@ -392,6 +410,7 @@ impl BlockEncoder {
             Record::Nvtx(n) => self.nvtx(n),
             Record::NvtxString { id, text } => self.nvtx_string(*id, text),
             Record::End(s) => self.end(s),
+            Record::Ending(e) => self.ending(e),
             Record::Unknown { .. } => {}
         }
     }

@@ -263,6 +263,18 @@ fn every_kind() -> Vec<Record> {
             queue_waits: 0,
             dropped: 1,
         }),
+        Record::Ending(EndingRecord {
+            time_ns: 7,
+            ending: Ending::Signal(11),
+        }),
+        Record::Ending(EndingRecord {
+            time_ns: u64::MAX,
+            ending: Ending::Exit(-1),
+        }),
+        Record::Ending(EndingRecord {
+            time_ns: 0,
+            ending: Ending::Exit(i32::MAX),
+        }),
         Record::End(Stats::default()),
     ]
 }
@@ -284,6 +296,21 @@ fn free_at(time_ns: u64, address: u64) -> Free {
 
 /// A free written before `kind` and `size` were appended (format version 1 as first
 /// released) reads as a plain free of memory.
+/// A crash recorded by the shim: SIGSEGV is kind 14, time, how 2, signal 11.
+#[test]
+fn an_ending_by_signal_is_its_time_how_and_number() {
+    let r = Record::Ending(EndingRecord {
+        time_ns: 5,
+        ending: Ending::Signal(11),
+    });
+    assert_eq!(raw_of(std::slice::from_ref(&r)), vec![14, 3, 5, 2, 11]);
+    let r = Record::Ending(EndingRecord {
+        time_ns: 5,
+        ending: Ending::Exit(3),
+    });
+    assert_eq!(raw_of(std::slice::from_ref(&r)), vec![14, 3, 5, 1, 6]);
+}
+
 #[test]
 fn a_free_without_the_appended_fields_reads_as_memory() {
     let raw = rec(kind::FREE, &[20, 1, 2, 3, 4, 5, 6, 1]);

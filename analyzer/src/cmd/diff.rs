@@ -326,7 +326,13 @@ pub fn write_text(report: &DiffReport, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "before {}", describe(&report.before))?;
     writeln!(out, "after  {}", describe(&report.after))?;
     for (t, name) in [(&report.before, "before"), (&report.after, "after")] {
-        if !t.complete {
+        if let Some(sig) = t.died_of() {
+            writeln!(
+                out,
+                "WARNING: the {name} process was ended by {sig}: its \"live at end\" means \
+                 live when it died"
+            )?;
+        } else if !t.complete {
             writeln!(
                 out,
                 "WARNING: the {name} process did not exit cleanly: its \"live at end\" means \

@@ -133,6 +133,8 @@ pub struct RecordCounts {
     /// NVTX range and mark events, and NVTX name definitions.
     pub nvtx_events: u64,
     pub nvtx_names: u64,
+    /// How-the-process-ended records (an exit status or a fatal signal).
+    pub ending: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -192,6 +194,7 @@ impl Observer for ApiCounter {
             // NVTX: counted here; summary/peak/leaks --by range report the ranges.
             Record::Nvtx(_) => r.nvtx_events += 1,
             Record::NvtxString { .. } => r.nvtx_names += 1,
+            Record::Ending(_) => r.ending += 1,
         }
     }
 

@@ -99,7 +99,7 @@ pub fn write_text(report: &MonitorReport, out: &mut dyn Write) -> io::Result<()>
     let t = &report.trace;
     let pid = t.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
     let state = match (t.complete, report.process_running) {
-        (true, _) => "exited cleanly".to_string(),
+        (true, _) => t.ending_words(),
         (false, Some(false)) => format!("{BAD}stopped without closing the trace{BAD:#}"),
         (false, Some(true)) => "running".to_string(),
         (false, None) => "running, or stopped without closing the trace".to_string(),

@@ -463,6 +463,14 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
     for t in &report.traces {
+        if let Some(sig) = t.trace.died_of() {
+            writeln!(
+                out,
+                "WARNING: rank {} ({}) was ended by {sig} (live@end: live when it died)",
+                rank_text(t.rank),
+                t.trace.path
+            )?;
+        }
         let doubts = [
             (
                 !t.trace.complete,

@@ -416,6 +416,7 @@ mod tests {
             pid: Some(42),
             argv: vec!["train".into()],
             complete: true,
+            ending: None,
             truncated: false,
             events: 0,
             queue_waits: 0,

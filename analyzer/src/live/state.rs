@@ -261,6 +261,7 @@ impl Observer for LiveState {
                     self.pipeline.complete = true;
                 }
             }
+            Record::Ending(e) => self.pipeline.ending = Some(e.ending),
             Record::Unknown { .. } => self.pipeline.unknown_records += 1,
             _ => {}
         }

@@ -2,7 +2,7 @@
 //! counters per (device, kind) row, stacks, NVML samples, capture statistics. (The whole
 //! result, `Replayed`, is in `pass.rs`, beside what makes it.)
 
-use gpumemprof_format::{MemKind, Sample};
+use gpumemprof_format::{Ending, MemKind, Sample};
 
 /// Failed allocations kept with their details for reports; later ones are only counted.
 /// A program that retries a failing allocation in a loop must not grow our memory.
@@ -111,6 +111,10 @@ pub struct CaptureStats {
     pub duration_ns: u64,
     /// Records of kinds this analyzer does not know (written by a newer shim).
     pub unknown_records: u64,
+    /// How the process ended, when the shim recorded it (an exit status or a fatal
+    /// signal); `None` for traces of older shims and processes still running or killed
+    /// by SIGKILL.
+    pub ending: Option<Ending>,
 }
 
 /// What NVML said about one device over the run, next to what the hooks tracked.

@@ -134,6 +134,10 @@ impl Replay {
                     self.pipeline.complete = true;
                 }
             }
+            Record::Ending(e) => {
+                self.saw_time(e.time_ns);
+                self.pipeline.ending = Some(e.ending);
+            }
             Record::Sample(m) => self.sample(&m),
             Record::PyCode(c) => {
                 self.python.insert(c.id, c);

@@ -112,16 +112,20 @@ pub fn build(
 
 pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
-    let when = if report.trace.complete {
-        "at exit"
-    } else {
+    let when = report.trace.live_when();
+    if let Some(sig) = report.trace.died_of() {
+        writeln!(
+            out,
+            "The process was ended by {sig}: \"live at end\" means live when the process \
+             died, not leaked at exit."
+        )?;
+    } else if !report.trace.complete {
         writeln!(
             out,
             "The process did not exit cleanly (the trace has no end record): \"live at end\" \
              means live when the trace stopped, not leaked at exit."
         )?;
-        "when the trace stopped"
-    };
+    }
     writeln!(
         out,
         "{} in {} live {when}",

@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::replay::Loaded;
 use crate::symbolize::Frame;
 use crate::units;
+use gpumemprof_format::Ending;
 
 /// `schema_version` of every JSON report; raised only for a change old readers would
 /// misread (never for an added field).
@@ -40,6 +41,8 @@ pub struct TraceInfo {
     pub argv: Vec<String>,
     /// The process closed the trace cleanly (an End record was written).
     pub complete: bool,
+    /// How the process ended, when the shim recorded it (null otherwise).
+    pub ending: Option<EndingInfo>,
     /// The file ends inside a block (killed mid-write); only complete blocks were read.
     pub truncated: bool,
     /// Events the shim encoded, per its last counters record.
@@ -74,6 +77,7 @@ impl TraceInfo {
             pid: header.get("pid").and_then(|p| p.as_u64()),
             argv,
             complete: p.complete,
+            ending: p.ending.map(EndingInfo::from),
             truncated: loaded.truncated,
             events: p.events,
             queue_waits: p.queue_waits,
@@ -92,11 +96,7 @@ impl TraceInfo {
             self.path,
             self.argv.join(" ")
         )?;
-        let ending = if self.complete {
-            "exited cleanly"
-        } else {
-            "did NOT exit cleanly"
-        };
+        let ending = self.ending_words();
         writeln!(
             out,
             "duration {}, {} events, process {ending}",
@@ -117,6 +117,74 @@ impl TraceInfo {
             )?;
         }
         writeln!(out)
+    }
+}
+
+/// `trace.ending` of the JSON reports: `{"how": "signal", "signal": 11, "name": "SIGSEGV"}`
+/// or `{"how": "exit", "status": 0}`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(tag = "how", rename_all = "lowercase")]
+pub enum EndingInfo {
+    Signal { signal: u32, name: String },
+    Exit { status: i32 },
+}
+
+impl From<Ending> for EndingInfo {
+    fn from(e: Ending) -> EndingInfo {
+        match e {
+            Ending::Signal(signal) => EndingInfo::Signal {
+                signal,
+                name: Ending::signal_name(signal)
+                    .map_or_else(|| format!("signal {signal}"), str::to_owned),
+            },
+            Ending::Exit(status) => EndingInfo::Exit { status },
+        }
+    }
+}
+
+impl TraceInfo {
+    /// The signal that ended the process, as `SIGSEGV (signal 11)`, if one did.
+    pub fn died_of(&self) -> Option<String> {
+        match &self.ending {
+            Some(EndingInfo::Signal { signal, name }) if name.starts_with("SIG") => {
+                Some(format!("{name} (signal {signal})"))
+            }
+            Some(EndingInfo::Signal { name, .. }) => Some(name.clone()),
+            _ => None,
+        }
+    }
+
+    /// The process ran to an exit (not a fatal signal) and closed its trace: what is live
+    /// at the end was never freed by a program that had the chance to.
+    pub fn exited(&self) -> bool {
+        self.complete && self.died_of().is_none()
+    }
+
+    /// How the process ended, in words: `exited cleanly`, `exited with status 3`,
+    /// `ended by SIGSEGV (signal 11)` or `did NOT exit cleanly`.
+    pub fn ending_words(&self) -> String {
+        if let Some(sig) = self.died_of() {
+            return format!("ended by {sig}");
+        }
+        match (&self.ending, self.complete) {
+            (Some(EndingInfo::Exit { status }), true) if *status != 0 => {
+                format!("exited with status {status}")
+            }
+            (_, true) => "exited cleanly".to_string(),
+            (_, false) => "did NOT exit cleanly".to_string(),
+        }
+    }
+
+    /// When "live at the end" was taken, for the leak lines: `at exit`, `when the process
+    /// died` or `when the trace stopped`.
+    pub fn live_when(&self) -> &'static str {
+        if self.died_of().is_some() {
+            "when the process died"
+        } else if self.complete {
+            "at exit"
+        } else {
+            "when the trace stopped"
+        }
     }
 }
 

@@ -139,10 +139,12 @@ pub fn render(p: &Page) -> String {
 fn header(h: &mut String, p: &Page, program: &str) {
     let t = p.trace;
     let pid = t.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
-    let ending = if t.complete {
-        "exited cleanly"
-    } else {
-        "did NOT exit cleanly (live at end means live when the trace stopped)"
+    let ending = match (t.died_of(), t.complete) {
+        (Some(_), _) => format!("{} (live at end means live when it died)", t.ending_words()),
+        (None, true) => t.ending_words(),
+        (None, false) => {
+            "did NOT exit cleanly (live at end means live when the trace stopped)".to_string()
+        }
     };
     let _ = write!(
         h,
@@ -372,10 +374,14 @@ fn peak_sites(h: &mut String, p: &Page) {
 fn leaks(h: &mut String, p: &Page) {
     let l = p.leaks;
     h.push_str("<section id=\"leaks\"><h2>Leaks</h2>");
-    let when = if l.trace.complete {
-        "at exit"
-    } else {
-        "when the trace stopped (the process did not exit cleanly: this is not necessarily leaked)"
+    let when = match (l.trace.died_of(), l.trace.complete) {
+        (Some(sig), _) => {
+            format!("when the process died (ended by {sig}: this is not necessarily leaked)")
+        }
+        (None, true) => "at exit".to_string(),
+        (None, false) => "when the trace stopped (the process did not exit cleanly: this is not \
+                          necessarily leaked)"
+            .to_string(),
     };
     let _ = write!(
         h,

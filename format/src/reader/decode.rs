@@ -4,8 +4,8 @@
 
 use crate::packed::Running;
 use crate::record::{
-    Alloc, AllocFailed, Free, MemKind, Module, Nvtx, NvtxOp, PyCode, Record, Sample, Stats,
-    MAX_NVTX_STRING, MAX_PY_STRING,
+    Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, PyCode, Record,
+    Sample, Stats, MAX_NVTX_STRING, MAX_PY_STRING,
 };
 use crate::varint::{leading, quick, unzigzag, Cursor, DecodeError};
 use crate::{kind, MAX_STACK_FRAMES};
@@ -27,6 +27,7 @@ fn kind_name(k: u8) -> &'static str {
         kind::NVTX_STRING => "nvtx string",
         kind::PACKED_ALLOC => "packed alloc",
         kind::PACKED_FREE => "packed free",
+        kind::ENDING => "ending",
         _ => "unknown",
     }
 }
@@ -491,6 +492,22 @@ pub fn decode(
                 path,
                 build_id,
             })
+        }
+        kind::ENDING => {
+            let time_ns = f.u64("time")?;
+            let how: u8 = f.uint("how")?;
+            let ending = match how {
+                1 => {
+                    let status = f.i64("exit status")?;
+                    Ending::Exit(
+                        i32::try_from(status)
+                            .map_err(|_| f.out_of_range("exit status", status.into()))?,
+                    )
+                }
+                2 => Ending::Signal(f.uint("signal")?),
+                _ => return Err(f.out_of_range("how", how.into())),
+            };
+            Record::Ending(EndingRecord { time_ns, ending })
         }
         kind::STATS | kind::END => {
             let s = Stats {

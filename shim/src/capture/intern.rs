@@ -218,8 +218,13 @@ pub unsafe fn child_after_fork() {
 mod tests {
     use super::*;
 
+    /// `take_fresh` takes every thread's fresh definitions: tests that call it run one at a
+    /// time, or one takes the definitions the other waits for.
+    static TAKING: Mutex<()> = Mutex::new(());
+
     #[test]
     fn same_stack_same_id_across_threads_and_each_defined_once() {
+        let _one_at_a_time = TAKING.lock();
         let a = [0x1000u64, 0x2000, 0x3000];
         let b = [0x1000u64, 0x2000];
         let ia = intern(&a);
@@ -240,6 +245,7 @@ mod tests {
 
     #[test]
     fn a_code_is_defined_once_and_taken_once() {
+        let _one_at_a_time = TAKING.lock();
         let key = [0x1000, 0x2000, 0x3000, 7];
         let a = intern_code(key, || ("train.py".into(), "step".into(), 7)).unwrap();
         let b = intern_code(key, || panic!("described twice")).unwrap();

@@ -1,21 +1,36 @@
-//! The ends a process chooses: `exit` (and return from `main`) through the atexit
-//! handler, `_exit`/`_Exit` hooked to complete the trace first. Both drain the rings,
-//! write the End record, stop the writer and say so on stderr.
+//! The ends a process chooses: `exit` (and return from `main`) through an `on_exit`
+//! handler (glibc's `atexit` that is also told the exit status), `_exit`/`_Exit` hooked to
+//! complete the trace first. Both record the exit status, drain the rings, write the End
+//! record, stop the writer and say so on stderr.
 
 use super::unfinished;
 use crate::capture::thread::Guard;
 use crate::sys::diag::{say, warn};
 use crate::sys::dl;
-use std::ffi::{c_int, CStr};
+use gpumemprof_format::Ending;
+use std::ffi::{c_int, c_void, CStr};
 use std::time::Duration;
 
 /// The exit handler waits this long for the writer's final flush.
 const EXIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Completes the trace (drain, End record, stop the writer) and says so on stderr.
-fn finish_trace() {
+extern "C" {
+    /// glibc: like `atexit`, and the handler is passed `exit`'s status.
+    fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+}
+
+/// Registers the exit handler (from the constructor).
+pub(super) fn register() {
+    // SAFETY: a plain extern "C" function without captured state.
+    unsafe { on_exit(at_exit, std::ptr::null_mut()) };
+}
+
+/// Completes the trace (the exit status, drain, End record, stop the writer) and says so
+/// on stderr.
+fn finish_trace(status: c_int) {
     let Some(p) = unfinished() else { return };
     let _g = Guard::enter();
+    p.set_ending(Ending::Exit(status));
     match p.shutdown(EXIT_FLUSH_TIMEOUT) {
         Some((events, path)) => {
             if !path.is_empty() {
@@ -30,10 +45,10 @@ fn finish_trace() {
     }
 }
 
-/// atexit: drain the queue and write the End record. Later events (other atexit
+/// At exit: drain the queue and write the End record. Later events (other atexit
 /// handlers freeing memory) are still written, by the threads that make them.
-pub(super) extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(finish_trace);
+extern "C" fn at_exit(status: c_int, _arg: *mut c_void) {
+    let _ = std::panic::catch_unwind(|| finish_trace(status));
 }
 
 /// `_exit` skips atexit handlers: complete the trace first, then leave as asked.
@@ -48,7 +63,7 @@ pub extern "C" fn _Exit(status: c_int) -> ! {
 }
 
 fn leave(status: c_int, name: &CStr) -> ! {
-    let _ = std::panic::catch_unwind(finish_trace);
+    let _ = std::panic::catch_unwind(|| finish_trace(status));
     let real = dl::lookup(libc::RTLD_NEXT, name);
     if !real.is_null() {
         // SAFETY: libc's _exit/_Exit: void(int), never returns.

@@ -17,7 +17,8 @@
 //! touch a GPU. The trace file, the writer thread and the signal handlers appear with
 //! the first allocation (`start.rs`).
 //!
-//! Ends (`exit.rs`, `signals.rs`): `exit` and return from `main` run the atexit handler;
+//! Ends (`exit.rs`, `signals.rs`), each recorded in the trace before its End record (an
+//! exit status or a signal): `exit` and return from `main` run the exit handler;
 //! `_exit`/`_Exit` are hooked to complete the trace first; SIGTERM, SIGINT, SIGHUP,
 //! SIGQUIT, SIGABRT (`abort`, an uncaught C++ exception), SIGSEGV and SIGBUS complete it
 //! in a handler and then run the previous handler or the default action. SIGKILL cannot
@@ -135,9 +136,9 @@ extern "C" fn constructor() {
     // Find the real dlsym/dlvsym now, while nothing else runs: the overrides then
     // never take their slow path.
     let _ = std::panic::catch_unwind(crate::sys::dl::prime);
+    exit::register();
     // SAFETY: registering plain extern "C" functions without captured state.
     unsafe {
-        libc::atexit(exit::at_exit);
         libc::pthread_atfork(Some(fork::prepare), Some(fork::parent), Some(fork::child));
     }
 }

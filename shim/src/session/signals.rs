@@ -11,7 +11,11 @@
 //! action is restored and the signal raised again.
 
 use super::unfinished;
+use crate::sys::diag::{quiet, FixedLine};
+use crate::writer::Pipeline;
+use gpumemprof_format::Ending;
 use std::ffi::{c_int, c_void};
+use std::fmt::Write;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -75,7 +79,10 @@ extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
         if let Some(p) = unfinished() {
             if !p.on_writer_thread() {
                 if previous.sa_sigaction == libc::SIG_DFL {
-                    p.shutdown_from_signal(SIGNAL_FLUSH_TIMEOUT);
+                    p.set_ending(Ending::Signal(sig as u32));
+                    if p.shutdown_from_signal(SIGNAL_FLUSH_TIMEOUT) {
+                        say_written(p, sig);
+                    }
                 } else {
                     p.flush_now(SIGNAL_FLUSH_TIMEOUT);
                 }
@@ -86,6 +93,25 @@ extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
     chain(sig, info, ctx, &previous);
+}
+
+/// The "wrote ..." line of a process a signal ends, built without allocating.
+fn say_written(p: &Pipeline, sig: c_int) {
+    let Some(path) = p.path().and_then(|c| c.to_str().ok()) else {
+        return;
+    };
+    if quiet() || path.is_empty() {
+        return;
+    }
+    let mut line = FixedLine::new();
+    let name = Ending::signal_name(sig as u32).unwrap_or("a signal");
+    let _ = writeln!(
+        line,
+        "gpumemprof: wrote {} events to {path}; the process is ended by {name} (signal {sig}); \
+         see what it held with: gpumemprof leaks {path}",
+        p.events_written()
+    );
+    line.emit();
 }
 
 fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, previous: &libc::sigaction) {

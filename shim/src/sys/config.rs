@@ -173,7 +173,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_SIGNALS",
         default: "1",
-        doc: "`1`: on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV and SIGBUS the trace is completed (or flushed, when the program handles the signal itself) before the program's own handler or the default action runs. `0` installs no handlers.",
+        doc: "`1`: on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV and SIGBUS the trace is completed, with the signal recorded as the process's ending (or flushed, when the program handles the signal itself), before the program's own handler or the default action runs. `0` installs no handlers.",
     },
     Var {
         name: "GPUMEMPROF_CLOCK",
@@ -188,7 +188,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_QUIET",
         default: "0",
-        doc: "`1` silences the line on stderr that names the trace file. Warnings are still printed.",
+        doc: "`1` silences the lines on stderr that name the trace file (at the start, and when it is written at exit or at a fatal signal). Warnings are still printed.",
     },
     Var {
         name: "GPUMEMPROF_DISABLE",

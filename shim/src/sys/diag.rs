@@ -37,6 +37,47 @@ pub fn line(text: &str) {
     }
 }
 
+/// A line built without allocating, for a signal handler (which may have interrupted
+/// `malloc`): at most 512 bytes, the rest cut.
+pub struct FixedLine {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl FixedLine {
+    pub const fn new() -> FixedLine {
+        FixedLine {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+
+    /// Writes the line (with one `write(2)`, as every line).
+    pub fn emit(&self) {
+        line(std::str::from_utf8(&self.buf[..self.len]).unwrap_or(""));
+    }
+}
+
+impl Default for FixedLine {
+    fn default() -> FixedLine {
+        FixedLine::new()
+    }
+}
+
+impl std::fmt::Write for FixedLine {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.buf.len() - self.len;
+        // Cut at a character boundary, so the line stays UTF-8.
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
 /// Progress lines ("recording ...", "wrote ...") are off (`GPUMEMPROF_QUIET=1`).
 pub fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)

@@ -17,7 +17,8 @@ use crate::sys::clock;
 use crate::sys::diag::{say, warn};
 use crate::sys::event::{Event, EventKind, OUT_OF_MEMORY};
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, Nvtx, NvtxOp, Stats, TraceWriter, BLOCK_FLUSH_BYTES,
+    Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, Stats,
+    TraceWriter, BLOCK_FLUSH_BYTES,
 };
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
@@ -390,13 +391,22 @@ impl WriterCore {
         self.last_flush_ns = now;
     }
 
-    pub(super) fn finish(&mut self, queue_waits: u64) {
+    /// Completes the trace: everything pending, then how the process ended (when known),
+    /// then the End record. Called again for late events: each call writes both again, and
+    /// a reader keeps the last.
+    pub(super) fn finish(&mut self, queue_waits: u64, ending: Option<Ending>) {
         let now = clock::now_ns();
         self.define_stacks();
         self.emit(None);
         self.refresh_modules(now);
         let s = self.stats(queue_waits, now);
         if let Sink::File(out) = &mut self.sink {
+            if let Some(ending) = ending {
+                out.encoder().ending(&EndingRecord {
+                    time_ns: s.time_ns,
+                    ending,
+                });
+            }
             out.encoder().end(&s);
         }
         self.flush_block();

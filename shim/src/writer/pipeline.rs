@@ -32,6 +32,7 @@ use crate::capture::ring::{Registry, Ring};
 use crate::capture::thread::{self, ThreadState, RING_GONE};
 use crate::sys::event::Event;
 use crossbeam_queue::ArrayQueue;
+use gpumemprof_format::Ending;
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
@@ -76,6 +77,11 @@ pub struct Pipeline {
     pub(super) path: OnceCell<std::ffi::CString>,
     /// `GPUMEMPROF_TRACE_LIST`: the file that gets the trace's path once it exists.
     pub(super) trace_list: OnceCell<String>,
+    /// How the process ended, once the session knows (`encode_ending`; 0 = not known).
+    pub(super) ending: AtomicU64,
+    /// Events in the file when the writer finished (read by a signal handler, which must
+    /// not take the writer's lock).
+    pub(super) events_written: AtomicU64,
     /// The writer thread's kernel thread id (0 until it runs).
     pub(super) writer_tid: std::sync::atomic::AtomicU32,
 }
@@ -107,6 +113,8 @@ impl Pipeline {
             nvml_ns: nvml_ms * 1_000_000,
             path: OnceCell::new(),
             trace_list: OnceCell::new(),
+            ending: AtomicU64::new(0),
+            events_written: AtomicU64::new(0),
             writer_tid: std::sync::atomic::AtomicU32::new(0),
         }
     }
@@ -136,6 +144,34 @@ impl Pipeline {
 
     pub fn path(&self) -> Option<&std::ffi::CStr> {
         self.path.get().map(|c| c.as_c_str())
+    }
+
+    /// Records how the process ends, before the final flush that writes it (the first
+    /// ending set wins: a signal during exit handlers does not replace the exit status).
+    pub fn set_ending(&self, ending: Ending) {
+        let v = match ending {
+            Ending::Exit(status) => (1 << 32) | u64::from(status as u32),
+            Ending::Signal(sig) => (2 << 32) | u64::from(sig),
+        };
+        let _ = self
+            .ending
+            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The ending `set_ending` recorded, if any.
+    pub(super) fn ending(&self) -> Option<Ending> {
+        let v = self.ending.load(Ordering::Acquire);
+        match v >> 32 {
+            1 => Some(Ending::Exit(v as u32 as i32)),
+            2 => Some(Ending::Signal(v as u32)),
+            _ => None,
+        }
+    }
+
+    /// Events in the file once the writer finished (0 before): lock-free, for a signal
+    /// handler.
+    pub fn events_written(&self) -> u64 {
+        self.events_written.load(Ordering::Acquire)
     }
 
     /// Whether the writer has completed the trace (its final drain ran; events after it

@@ -39,7 +39,7 @@ impl Pipeline {
         if let Some((tid, e)) = ev {
             core.accept(tid, e);
         }
-        core.finish(self.queue_waits.load(Ordering::Relaxed));
+        core.finish(self.queue_waits.load(Ordering::Relaxed), self.ending());
         if let Some(p) = core.take_new_path() {
             self.set_path(&p);
         }
@@ -135,10 +135,11 @@ impl Pipeline {
             fence(Ordering::SeqCst);
         }
         self.drain(&mut core);
-        core.finish(self.queue_waits.load(Ordering::Relaxed));
+        core.finish(self.queue_waits.load(Ordering::Relaxed), self.ending());
         if let Some(p) = core.take_new_path() {
             self.set_path(&p);
         }
+        self.events_written.store(core.events, Ordering::Release);
         self.writer_finished.store(true, Ordering::Release);
     }
 }

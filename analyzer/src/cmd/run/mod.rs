@@ -426,10 +426,12 @@ fn report_end(
     flight_recorder: bool,
 ) {
     if libc::WIFSIGNALED(status) {
-        eprintln!(
-            "gpumemprof: {program} was ended by signal {}",
-            libc::WTERMSIG(status)
+        let sig = libc::WTERMSIG(status);
+        let name = gpumemprof_format::Ending::signal_name(sig as u32).map_or_else(
+            || format!("signal {sig}"),
+            |n| format!("{n} (signal {sig})"),
         );
+        eprintln!("gpumemprof: {program} was ended by {name}");
     }
     match traces {
         [] if flight_recorder => eprintln!("gpumemprof: no trace written: no process of the command ran out of GPU memory (GPUMEMPROF_MODE=oom writes a trace only then)"),

@@ -342,7 +342,8 @@ impl Analysis {
             ));
         }
 
-        if trace.complete && r.totals.live_bytes > 0 {
+        // A process a signal ended had no chance to free: not a cleanup problem.
+        if trace.exited() && r.totals.live_bytes > 0 {
             // The largest (stack, kind) group, as `leaks` would list first.
             let mut groups: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
             for a in r.live.iter().filter(|a| a.kind.is_memory()) {
@@ -369,7 +370,7 @@ impl Analysis {
             ));
         }
 
-        if trace.complete {
+        if trace.exited() {
             let mut held: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
             for l in &self.late {
                 let lows = self
