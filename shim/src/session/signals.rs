@@ -3,10 +3,11 @@
 //! Installed once, at the first allocation, for SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT,
 //! SIGSEGV and SIGBUS, unless the signal is ignored (an ignored signal stays ignored, also across
 //! `exec`). The handler runs on the alternate signal stack where the thread has one.
-//! It only uses atomics, `clock_gettime`, `nanosleep` and a futex wake (the writer's
-//! unpark): if the previous action is the default (the process dies), it asks the
-//! writer to complete the trace; if the program handles the signal itself (Python's
-//! SIGINT), it asks for a flush, since the program may go on. It waits at most 3 s, and
+//! It only uses atomics, `clock_gettime`, `nanosleep`, a futex wake (the writer's unpark)
+//! and one `write(2)` of a line built on the stack: if the previous action is the default
+//! (the process dies), it records the signal as the process's ending, asks the writer to
+//! complete the trace and says so on stderr; if the program handles the signal itself
+//! (Python's SIGINT), it asks for a flush, since the program may go on. It waits at most 3 s, and
 //! never on the writer thread itself. Then the previous handler runs, or the default
 //! action is restored and the signal raised again.
 
