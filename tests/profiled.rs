@@ -84,20 +84,10 @@ pub fn analyzer() -> Command {
 
 /// `gpumemprof <cmd> <trace> --json`, parsed; panics unless it exits 0.
 pub fn report(cmd: &str, trace: &Path, extra: &[&str]) -> serde_json::Value {
-    let out = analyzer()
-        .arg(cmd)
-        .arg(trace)
-        .arg("--json")
-        .args(extra)
-        .output()
-        .expect("run gpumemprof");
-    assert!(
-        out.status.success(),
-        "gpumemprof {cmd} failed ({:?}): {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("gpumemprof printed JSON")
+    let args: Vec<&str> = std::iter::once("--json")
+        .chain(extra.iter().copied())
+        .collect();
+    serde_json::from_str(&report_text(cmd, trace, &args)).expect("gpumemprof printed JSON")
 }
 
 /// `gpumemprof <cmd> <trace> <extra>` as text; panics unless it exits 0.

@@ -13,8 +13,9 @@ use gpumemprof_format::{MemKind, Record};
 
 use crate::observe::{record_time, Observer};
 use crate::replay::LiveChange;
-use crate::timeline::{OomEvent, OOM_RESULT};
+use crate::timeline::OomEvent;
 use crate::units;
+use gpumemprof_format::OUT_OF_MEMORY;
 
 /// Which moment to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +197,7 @@ impl Observer for SnapshotBuilder {
                 self.take(at);
             }
             (Moment::Oom(n), Record::AllocFailed(f))
-                if f.result == OOM_RESULT
+                if f.result == OUT_OF_MEMORY
                     && (self.device.is_none() || self.device == Some(f.device)) =>
             {
                 self.ooms_seen += 1;
@@ -293,7 +294,7 @@ mod tests {
             stream: 0,
             pool: 0,
             stack: 9,
-            result: OOM_RESULT,
+            result: OUT_OF_MEMORY,
             mem_free: 5,
             mem_total: 10,
         })

@@ -16,7 +16,7 @@
 //! mins and the max of the maxes: the peak is never averaged away, so the highest bucket of
 //! the `total` series is exactly `summary`'s peak.
 
-use gpumemprof_format::{MemKind, Record};
+use gpumemprof_format::{MemKind, Record, OUT_OF_MEMORY};
 
 use crate::observe::Observer;
 use crate::replay::{LiveChange, MAX_KEPT_FAILURES};
@@ -27,10 +27,6 @@ pub const MAX_BUCKETS: usize = 2048;
 
 /// Width of a bucket before any doubling: 1 µs (a trace shorter than 2 ms keeps this).
 const FIRST_WIDTH_NS: u64 = 1_000;
-
-/// The error code of an out-of-memory failure (`cudaErrorMemoryAllocation`,
-/// `CUDA_ERROR_OUT_OF_MEMORY` and `hipErrorOutOfMemory` are all 2).
-pub const OOM_RESULT: u32 = gpumemprof_format::OUT_OF_MEMORY;
 
 /// One bucket of one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,7 +385,7 @@ impl Observer for TimelineBuilder {
             Record::Free(f) => self.now_ns = self.now_ns.max(f.time_ns),
             Record::AllocFailed(f) => {
                 self.now_ns = self.now_ns.max(f.time_ns);
-                if f.result == OOM_RESULT {
+                if f.result == OUT_OF_MEMORY {
                     self.oom_count += 1;
                     if self.ooms.len() < MAX_KEPT_FAILURES {
                         self.ooms.push(OomEvent {

@@ -226,6 +226,14 @@ impl Ending {
         ];
         NAMES.get(sig as usize).copied().filter(|n| !n.is_empty())
     }
+
+    /// The signal in words: `SIGSEGV (signal 11)`, or `signal 99` for one without a name.
+    pub fn describe_signal(sig: u32) -> String {
+        match Ending::signal_name(sig) {
+            Some(name) => format!("{name} (signal {sig})"),
+            None => format!("signal {sig}"),
+        }
+    }
 }
 
 /// The `Ending` record: when, and how.

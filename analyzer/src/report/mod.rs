@@ -146,10 +146,7 @@ impl TraceInfo {
     /// The signal that ended the process, as `SIGSEGV (signal 11)`, if one did.
     pub fn died_of(&self) -> Option<String> {
         match &self.ending {
-            Some(EndingInfo::Signal { signal, name }) if name.starts_with("SIG") => {
-                Some(format!("{name} (signal {signal})"))
-            }
-            Some(EndingInfo::Signal { name, .. }) => Some(name.clone()),
+            Some(EndingInfo::Signal { signal, .. }) => Some(Ending::describe_signal(*signal)),
             _ => None,
         }
     }

@@ -221,7 +221,7 @@ pub unsafe fn substitute(name: *const c_char, p: *mut c_void) -> *mut c_void {
         return p;
     }
     let wanted = CStr::from_ptr(name).to_bytes();
-    let Some(h) = HOOKS.iter().find(|h| h.api.name().as_bytes() == wanted) else {
+    let Some(h) = HOOKS.iter().find(|h| h.slots.name.to_bytes() == wanted) else {
         return p;
     };
     if p == (h.export_fn)() || p == (h.bound_fn)() {

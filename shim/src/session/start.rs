@@ -32,8 +32,7 @@ pub(super) fn start() -> Option<&'static Pipeline> {
     let header = output::header(&cfg, &ph, "", start_ns, apis_json(), env);
     let (core, modules, path) = if cfg.mode == Mode::Oom {
         // The flight recorder creates the file only when an allocation runs out of memory.
-        let (core, modules) =
-            WriterCore::recorder(cfg.oom_ring, header, wanted, cfg.quiet, start_ns);
+        let (core, modules) = WriterCore::recorder(cfg.oom_ring, header, wanted, start_ns);
         (core, modules, None)
     } else {
         let (writer, path) = match output::open_trace(&wanted, header) {

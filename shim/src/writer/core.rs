@@ -39,7 +39,6 @@ pub struct WriterCore {
     pub(super) path: String,
     /// Set when the flight recorder created the file (the pipeline publishes it).
     pub(super) new_path: Option<String>,
-    pub(super) quiet: bool,
     pub(super) start_ns: u64,
     /// Stamps (TSC or ns) to trace nanoseconds.
     pub(super) clock: clock::Converter,
@@ -71,14 +70,10 @@ impl WriterCore {
         ring: usize,
         header: serde_json::Value,
         wanted: String,
-        quiet: bool,
         start_ns: u64,
     ) -> (WriterCore, Vec<Module>) {
         let rec = Recorder::new(ring, header, wanted);
-        let (mut core, modules) =
-            Self::with_sink(Sink::Recorder(Box::new(rec)), String::new(), start_ns);
-        core.quiet = quiet;
-        (core, modules)
+        Self::with_sink(Sink::Recorder(Box::new(rec)), String::new(), start_ns)
     }
 
     fn with_sink(sink: Sink, path: String, start_ns: u64) -> (WriterCore, Vec<Module>) {
@@ -86,7 +81,6 @@ impl WriterCore {
             sink,
             path,
             new_path: None,
-            quiet: false,
             start_ns,
             clock: clock::Converter::new(),
             fresh_stacks: Vec::new(),
@@ -340,11 +334,9 @@ impl WriterCore {
             self.put(p);
         }
         self.flush_block();
-        if !self.quiet {
-            say(&format!(
-                "out of memory: the flight recorder wrote {n_base} live allocations and the last {n_ring} events to {path}; recording goes on"
-            ));
-        }
+        say(&format!(
+            "out of memory: the flight recorder wrote {n_base} live allocations and the last {n_ring} events to {path}; recording goes on"
+        ));
         self.path = path.clone();
         self.new_path = Some(path);
     }

@@ -426,11 +426,7 @@ fn report_end(
     flight_recorder: bool,
 ) {
     if libc::WIFSIGNALED(status) {
-        let sig = libc::WTERMSIG(status);
-        let name = gpumemprof_format::Ending::signal_name(sig as u32).map_or_else(
-            || format!("signal {sig}"),
-            |n| format!("{n} (signal {sig})"),
-        );
+        let name = gpumemprof_format::Ending::describe_signal(libc::WTERMSIG(status) as u32);
         eprintln!("gpumemprof: {program} was ended by {name}");
     }
     match traces {

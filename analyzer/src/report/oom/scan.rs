@@ -25,7 +25,7 @@ use gpumemprof_format::{Alloc, AllocFailed, MemKind, ReadError, Record, TraceRea
 
 use crate::observe::{self, Observer};
 use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay, Replayed, MAX_KEPT_FAILURES};
-use crate::timeline::OOM_RESULT;
+use gpumemprof_format::OUT_OF_MEMORY;
 
 /// One out-of-memory failure (an allocation call that returned error 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ pub struct Classifier {
 impl Observer for Classifier {
     fn record(&mut self, record: &Record) {
         match record {
-            Record::AllocFailed(f) if f.result == OOM_RESULT => self.failed(f),
+            Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => self.failed(f),
             // A zero-byte request that "succeeded" with a null pointer got no memory.
             Record::Alloc(a) if self.unresolved > 0 && a.address != 0 => self.succeeded(a),
             _ => {}
@@ -359,7 +359,7 @@ pub fn replay_until<R: Read>(
     let mut in_window = false;
     while let Some(record) = reader.next_record()? {
         let time = match &record {
-            Record::AllocFailed(f) if f.result == OOM_RESULT => {
+            Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => {
                 if ordinal == failure.ordinal {
                     return Ok(Some(Moment {
                         replayed: replay.finish(),
@@ -409,7 +409,7 @@ mod tests {
             stream: 0,
             pool: 0,
             stack,
-            result: OOM_RESULT,
+            result: OUT_OF_MEMORY,
             mem_free: 0,
             mem_total: 0,
         })
