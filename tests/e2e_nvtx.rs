@@ -244,6 +244,59 @@ fn nvtx3_ranges_group_memory_by_the_innermost_range_of_the_allocating_thread() {
     assert_eq!(total, 34 * MIB);
 }
 
+/// The Parquet export's `range` and `range_domain` columns, read by DuckDB: grouped, they
+/// give `summary --by range`'s allocations and bytes for every range (null for
+/// `<no range>`).
+#[test]
+fn parquet_rows_carry_the_range_summary_groups_by() {
+    let run = ranges_program("nvtx_parquet", &[]);
+    let out = run.trace.with_file_name("tables");
+    let export = analyzer()
+        .args(["export", "--format", "parquet"])
+        .arg(&run.trace)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run gpumemprof export");
+    assert_eq!(export.status.code(), Some(0), "{export:?}");
+    let rows = gpumemprof_tests::duck::query(&format!(
+        "SELECT coalesce(range, '<no range>'), range_domain, count(*), sum(bytes)
+         FROM '{}' WHERE NOT failed GROUP BY ALL ORDER BY sum(bytes) DESC, 1",
+        out.join("allocations.parquet").display()
+    ));
+    let summary = by_range("summary", &run.trace, &[]);
+    let mut want: Vec<Vec<Value>> = summary["ranges"]
+        .as_array()
+        .expect("ranges")
+        .iter()
+        .map(|r| {
+            vec![
+                r["range"].clone(),
+                r["domain"].clone(),
+                r["allocations"].clone(),
+                r["bytes_allocated"].clone(),
+            ]
+        })
+        .collect();
+    want.sort_by_key(|r| (std::cmp::Reverse(r[3].as_u64()), r[0].to_string()));
+    assert_eq!(rows, want);
+    assert_eq!(
+        rows[0],
+        vec![
+            json!("optimizer_step"),
+            Value::Null,
+            json!(1),
+            json!(16 * MIB)
+        ]
+    );
+    assert!(rows.contains(&vec![
+        json!("backward"),
+        json!("trainer"),
+        json!(1),
+        json!(5 * MIB)
+    ]));
+}
+
 /// The trace itself: every NVTX call of the main thread, in program order, with its name
 /// (ASCII, wide, attribute structure, registered string) and domain, each name defined
 /// before its first use; the loader thread's allocation carries another thread id.

@@ -7,46 +7,15 @@
 #[path = "../analyzer/tests/checks/schema.rs"]
 mod schema;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
-use gpumemprof_tests::profiled::{analyzer, scratch};
-use gpumemprof_tests::{program_command, shim_path, source_line_of};
+use gpumemprof_tests::profiled::{analyzer, rank_job, scratch};
+use gpumemprof_tests::source_line_of;
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
 const SOURCE: &str = "tests/programs/rank_leak.c";
-
-/// Runs the three ranks; their traces, by rank.
-fn job(dir: &Path) -> Vec<PathBuf> {
-    (0..3)
-        .map(|rank| {
-            let out = program_command("rank_leak")
-                .env("LD_PRELOAD", shim_path())
-                .env("GPUMEMPROF_OUTPUT", dir.join("job.r%r.trace"))
-                .env("GPUMEMPROF_NVML_MS", "0")
-                .env("RANK", rank.to_string())
-                // RANK comes first; these would only be read without it.
-                .env_remove("LOCAL_RANK")
-                .env_remove("SLURM_PROCID")
-                .output()
-                .expect("run rank_leak");
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
-                format!("rank {rank} done\n")
-            );
-            let trace = dir.join(format!("job.r{rank}.trace"));
-            assert!(trace.is_file(), "no {}", trace.display());
-            trace
-        })
-        .collect()
-}
 
 fn gpumemprof(args: &[&str]) -> Output {
     analyzer()
@@ -119,7 +88,7 @@ fn numbers(s: &Value) -> Value {
 #[test]
 fn leaks_of_a_three_rank_job_merge_the_leaking_lines_with_their_ranks() {
     let dir = scratch("ranks_leaks");
-    let traces = job(&dir);
+    let traces = rank_job(&dir);
     let v = json_of(&["leaks", path(&dir)]);
     assert_eq!(column(&v, "rank"), [json!(0), json!(1), json!(2)]);
     let paths: Vec<Value> = traces.iter().map(|t| json!(path(t))).collect();
@@ -175,7 +144,7 @@ fn leaks_of_a_three_rank_job_merge_the_leaking_lines_with_their_ranks() {
 #[test]
 fn summary_and_peak_of_the_job_name_the_highest_rank() {
     let dir = scratch("ranks_peak");
-    let traces = job(&dir);
+    let traces = rank_job(&dir);
     let out = gpumemprof(&["summary", path(&dir)]);
     assert_eq!(out.status.code(), Some(0), "{:?}", stderr_lines(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -214,7 +183,7 @@ fn summary_and_peak_of_the_job_name_the_highest_rank() {
 #[test]
 fn gates_fail_when_any_rank_exceeds_and_a_bad_trace_fails_the_job() {
     let dir = scratch("ranks_gates");
-    let traces = job(&dir);
+    let traces = rank_job(&dir);
     let d = path(&dir);
     for (args, want) in [
         (["summary", d, "--max-peak", "10MiB"], 0),

@@ -150,3 +150,35 @@ pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
     traces.sort();
     traces
 }
+
+/// Runs `tests/programs/rank_leak.c` as a three-rank job (RANK=0, 1, 2, traces
+/// `dir/job.r<rank>.trace`, as torchrun would start it); the traces, by rank.
+pub fn rank_job(dir: &Path) -> Vec<PathBuf> {
+    (0..3)
+        .map(|rank| {
+            let out = program_command("rank_leak")
+                .env("LD_PRELOAD", shim_path())
+                .env("GPUMEMPROF_OUTPUT", dir.join("job.r%r.trace"))
+                .env("GPUMEMPROF_NVML_MS", "0")
+                .env("RANK", rank.to_string())
+                // RANK comes first; these would only be read without it.
+                .env_remove("LOCAL_RANK")
+                .env_remove("SLURM_PROCID")
+                .output()
+                .expect("run rank_leak");
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                format!("rank {rank} done\n")
+            );
+            let trace = dir.join(format!("job.r{rank}.trace"));
+            assert!(trace.is_file(), "no {}", trace.display());
+            trace
+        })
+        .collect()
+}

@@ -6,6 +6,7 @@
 //! the workspace's own build outputs (the preload shim and the analyzer), and the lines of
 //! sources that tests refer to by marker comment rather than by line number.
 
+pub mod duck;
 pub mod profiled;
 pub mod running;
 
@@ -170,10 +171,15 @@ pub fn analyzer_path() -> PathBuf {
 }
 
 /// Third-party Python packages some tests use as independent clients and readers, pinned:
-/// `ptmem` reads our PyTorch-snapshot export, `nvtx` is a real NVTX client, and
+/// `ptmem` reads our PyTorch-snapshot export, `nvtx` is a real NVTX client,
 /// `nvidia-nvtx-cu12` carries NVIDIA's nvtx3 C headers (compiled into a test program at test
-/// time, never copied into this repository).
-pub const PYTHON_PACKAGES: &[&str] = &["ptmem==0.1.2", "nvtx==0.2.17", "nvidia-nvtx-cu12==12.9.79"];
+/// time, never copied into this repository), and `duckdb` queries our Parquet export.
+pub const PYTHON_PACKAGES: &[&str] = &[
+    "ptmem==0.1.2",
+    "nvtx==0.2.17",
+    "nvidia-nvtx-cu12==12.9.79",
+    "duckdb==1.4.3",
+];
 
 /// The folder holding [`PYTHON_PACKAGES`] (put it on `PYTHONPATH`), installed there with
 /// `python3 -m pip install --target` on first use: the README's test command needs no

@@ -74,6 +74,16 @@ pub fn warn_truncated(path: &Path, loaded: &Loaded) {
     }
 }
 
+/// The header's `rank`: written by the shim as a string of digits; a number is accepted
+/// too. Absent or not a number: null.
+pub fn rank_of(header: &serde_json::Value) -> Option<u64> {
+    match header.get("rank")? {
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        serde_json::Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
 /// Each message as one warning line (`-q` silences them).
 pub fn warn_all(messages: Vec<String>) {
     for m in messages {

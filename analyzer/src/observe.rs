@@ -16,6 +16,14 @@ pub trait Observer {
     /// What the record just applied did to live memory, at its time (`time_ns`); not
     /// called for records that changed nothing.
     fn changes(&mut self, time_ns: u64, changes: &[LiveChange]);
+    /// After every record is applied, with its changes (maybe none) and the replay's state
+    /// then (which NVTX range each thread is in). By default, `changes` when there are
+    /// some: only a view that asks the replay more overrides it.
+    fn applied(&mut self, time_ns: u64, changes: &[LiveChange], _replay: &Replay) {
+        if !changes.is_empty() {
+            self.changes(time_ns, changes);
+        }
+    }
 }
 
 /// The time a record carries, if any (stack definitions and unknown records have none).
@@ -50,10 +58,8 @@ pub fn replay_observed<R: Read>(
         let time = record_time(&record).unwrap_or(0);
         changes.clear();
         replay.record_changes(record, &mut changes);
-        if !changes.is_empty() {
-            for o in observers.iter_mut() {
-                o.changes(time, &changes);
-            }
+        for o in observers.iter_mut() {
+            o.applied(time, &changes, &replay);
         }
     }
     Ok(Loaded {

@@ -1,4 +1,5 @@
-//! `gpumemprof export --format F TRACE -o FILE`: the trace for other tools. One variant of
+//! `gpumemprof export --format F TRACE -o FILE` (`--format parquet TRACE|DIR... -o DIR`):
+//! the trace for other tools. One variant of
 //! `Format` and one arm of `run` per format: add a format there.
 //!
 //! * `chrome`: Chrome trace-event JSON (Perfetto's UI, chrome://tracing), see views/chrome.rs
@@ -9,8 +10,10 @@
 //!   cmd/telemetry.rs
 //! * `torch-snapshot`: PyTorch's memory snapshot pickle (pytorch.org/memory_viz, ptmem), see
 //!   export/torch_snapshot/
+//! * `parquet`: three tables (allocations, frames, processes) of any number of traces, for
+//!   DuckDB, Spark or Polars, see export/parquet/
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args as ClapArgs, ValueEnum};
 
@@ -39,6 +42,10 @@ pub enum Format {
     /// PyTorch's memory snapshot (a pickle), for pytorch.org/memory_viz and ptmem: GPU
     /// memory live at the end and every allocation and free.
     TorchSnapshot,
+    /// Parquet tables for an engine (DuckDB, Spark, Polars): allocations.parquet,
+    /// frames.parquet and processes.parquet in the directory -o names, from every trace
+    /// given (a directory stands for the traces in it).
+    Parquet,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -46,8 +53,10 @@ pub struct Args {
     /// What to write.
     #[arg(long, value_enum)]
     pub format: Format,
-    /// The trace file written by the shim.
-    pub trace: PathBuf,
+    /// The trace file written by the shim (for `parquet`: any number of traces and
+    /// directories of traces).
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
     #[command(flatten)]
     pub output: Output,
     /// For `folded`: which moment (default: the peak).
@@ -66,11 +75,26 @@ pub fn run(args: &Args) -> Result<(), Error> {
                 .to_string(),
         ));
     }
-    args.output.check(&args.trace)?;
+    if args.format == Format::Parquet {
+        return parquet(args);
+    }
+    let [trace] = &args.traces[..] else {
+        return Err(Error::Failed(format!(
+            "{} traces given: this format is written from one trace (only --format parquet \
+             reads several)",
+            args.traces.len()
+        )));
+    };
+    one_trace(args, trace)
+}
+
+/// A format written from one trace.
+fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
+    args.output.check(trace)?;
     match args.format {
         Format::Chrome => {
             // Streamed: NVTX events are written during the pass (views/chrome.rs).
-            let reader = crate::input::open(&args.trace)?;
+            let reader = crate::input::open(trace)?;
             let pid = reader.header().get("pid").and_then(|p| p.as_u64());
             let (t, nvtx) = with_writer(&args.output, |out| {
                 out.write_all(crate::export::chrome::PREFIX)
@@ -78,11 +102,11 @@ pub fn run(args: &Args) -> Result<(), Error> {
                 let mut builder = TimelineBuilder::new();
                 let mut nvtx = crate::export::chrome::NvtxEvents::new(&mut *out, pid.unwrap_or(0));
                 let loaded = replay_observed(reader, &mut [&mut builder, &mut nvtx])
-                    .map_err(|e| crate::input::read_error(&args.trace, e))?;
-                crate::input::warn_truncated(&args.trace, &loaded);
+                    .map_err(|e| crate::input::read_error(trace, e))?;
+                crate::input::warn_truncated(trace, &loaded);
                 let (out, nvtx) = nvtx.finish().map_err(Error::Output)?;
                 let t = builder.finish();
-                let info = TraceInfo::new(&args.trace, &loaded);
+                let info = TraceInfo::new(trace, &loaded);
                 crate::export::chrome::write_end(out, &t, &info, &api_names(&loaded.header))
                     .map_err(Error::Output)?;
                 Ok((t, nvtx))
@@ -98,7 +122,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         }
         Format::Folded => {
             let mut builder = args.moment.builder();
-            let loaded = load(&args.trace, &mut [&mut builder])?;
+            let loaded = load(trace, &mut [&mut builder])?;
             let snap = snapshot(builder)?;
             let r = &loaded.replayed;
             let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
@@ -117,7 +141,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         }
         Format::Csv => {
             let mut builder = TimelineBuilder::new();
-            load(&args.trace, &mut [&mut builder])?;
+            load(trace, &mut [&mut builder])?;
             let t = builder.finish();
             args.output.write(crate::export::csv::csv(&t).as_bytes())?;
             args.output.done(&format!(
@@ -132,13 +156,13 @@ pub fn run(args: &Args) -> Result<(), Error> {
             let lines = if args.output.is_stdout() {
                 let stdout = std::io::stdout();
                 let mut out = std::io::BufWriter::new(stdout.lock());
-                let n = crate::export::telemetry::write_telemetry(&args.trace, &mut out)?;
+                let n = crate::export::telemetry::write_telemetry(trace, &mut out)?;
                 std::io::Write::flush(&mut out).map_err(Error::Output)?;
                 n
             } else {
                 let file = crate::term::create_output(&args.output.output, args.output.force)?;
                 let mut out = std::io::BufWriter::new(file);
-                let n = crate::export::telemetry::write_telemetry(&args.trace, &mut out)?;
+                let n = crate::export::telemetry::write_telemetry(trace, &mut out)?;
                 std::io::Write::flush(&mut out).map_err(|source| Error::File {
                     what: format!("writing {}", args.output.output.display()),
                     source,
@@ -153,13 +177,36 @@ pub fn run(args: &Args) -> Result<(), Error> {
             args.output
                 .require_file("a PyTorch memory snapshot (a binary pickle)")?;
             let written = crate::export::torch_snapshot::export(
-                &args.trace,
+                trace,
                 &args.output.output,
                 args.output.force,
             )?;
             args.output.done(&written.describe());
         }
+        Format::Parquet => unreachable!("written by `parquet` above"),
     }
+    Ok(())
+}
+
+/// `--format parquet`: every trace given, into the directory -o names.
+fn parquet(args: &Args) -> Result<(), Error> {
+    if args.output.is_stdout() {
+        return Err(Error::Failed(
+            "the Parquet export is three files, not written to stdout: give a directory \
+             with -o"
+                .to_string(),
+        ));
+    }
+    let traces = super::ranks::collect(&args.traces)?;
+    let dir = &args.output.output;
+    crate::export::parquet::prepare(dir, args.output.force)?;
+    let written = crate::export::parquet::export(
+        &traces,
+        dir,
+        args.output.force,
+        crate::export::parquet::ROW_GROUP_BYTES,
+    )?;
+    args.output.done(&written.describe());
     Ok(())
 }
 

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::cmd::common;
 use crate::error::Error;
+use crate::input::rank_of;
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
@@ -225,16 +226,6 @@ pub fn sorted(files: Vec<PathBuf>) -> Result<Vec<Entry>, Error> {
         (a.rank.is_none(), a.rank, &a.path).cmp(&(b.rank.is_none(), b.rank, &b.path))
     });
     Ok(entries)
-}
-
-/// The header's `rank`: written by the shim as a string of digits; a number is accepted
-/// too. Absent or not a number: null.
-pub fn rank_of(header: &serde_json::Value) -> Option<u64> {
-    match header.get("rank")? {
-        serde_json::Value::String(s) => s.trim().parse().ok(),
-        serde_json::Value::Number(n) => n.as_u64(),
-        _ => None,
-    }
 }
 
 /// Replays the traces one after another; only each one's row and its merged sites stay.

@@ -151,6 +151,18 @@ impl Replay {
         }
     }
 
+    /// The NVTX range an allocation by thread `tid` would now be attributed to, as a group
+    /// number (0: none open; see `range_label`).
+    pub fn range_group(&self, tid: u32) -> u32 {
+        self.ranges.as_deref().map_or(0, |r| r.innermost(tid))
+    }
+
+    /// The range name and domain of a group from `range_group`; `None` for group 0.
+    pub fn range_label(&self, group: u32) -> Option<(String, Option<String>)> {
+        let ranges = self.ranges.as_deref().filter(|_| group != 0)?;
+        Some(ranges.label(group))
+    }
+
     /// The NVTX range state, started at the first NVTX record.
     pub(super) fn ranges(&mut self) -> &mut Ranges {
         let (totals, peak_allocations) = (&self.totals, self.peak_allocations);

@@ -278,11 +278,7 @@ impl Ranges {
     /// A memory allocation made live by thread `tid`; `new_peak` if it made a new
     /// high-water mark of all memory.
     pub fn alloc(&mut self, tid: u32, a: &LiveAlloc, new_peak: bool) {
-        let group = self
-            .threads
-            .get(&tid)
-            .and_then(|t| t.open.last())
-            .map_or(0, |o| o.group);
+        let group = self.innermost(tid);
         if group != 0 {
             self.attributed.insert(Key::of(a), group);
         }
@@ -294,6 +290,38 @@ impl Ranges {
         if new_peak {
             self.peak_pending = true;
         }
+    }
+
+    /// The group of `tid`'s innermost open range, which an allocation by `tid` now is
+    /// attributed to; 0 (`<no range>`) when none is open.
+    pub fn innermost(&self, tid: u32) -> u32 {
+        self.threads
+            .get(&tid)
+            .and_then(|t| t.open.last())
+            .map_or(0, |o| o.group)
+    }
+
+    /// A group's range name and domain (`None`: NVTX's default domain), as the result
+    /// names them; an unknown group is `<no range>`.
+    pub fn label(&self, group: u32) -> (String, Option<String>) {
+        let Some(&((domain, name), _)) = self.groups.get(group as usize).filter(|_| group > 0)
+        else {
+            return (NO_RANGE.to_string(), None);
+        };
+        let text = |id: u64| self.strings.get(&id).cloned();
+        let name = match name {
+            0 => UNNAMED.to_string(),
+            id => match text(id) {
+                Some(t) if t.is_empty() => UNNAMED.to_string(),
+                Some(t) => t,
+                None => format!("<string {id}>"),
+            },
+        };
+        let domain = match domain {
+            0 => None,
+            id => Some(text(id).unwrap_or_else(|| format!("<string {id}>"))),
+        };
+        (name, domain)
     }
 
     /// A live memory allocation released (before the replay's totals change).
@@ -330,7 +358,7 @@ impl Ranges {
             t.1 = t.1.max(a.time_ns);
         }
         let mut groups = Vec::with_capacity(self.groups.len());
-        for (i, ((domain, name), mut counts)) in self.groups.into_iter().enumerate() {
+        for (i, &(_, mut counts)) in self.groups.iter().enumerate() {
             if i > 0 && counts.allocations == 0 {
                 continue; // a range that allocated nothing groups nothing
             }
@@ -338,21 +366,10 @@ impl Ranges {
                 counts.first_live_ns = first;
                 counts.last_live_ns = last;
             }
-            let text = |id: u64| self.strings.get(&id).cloned();
+            let (name, domain) = self.label(i as u32);
             groups.push(Group {
-                name: match (i, name) {
-                    (0, _) => NO_RANGE.to_string(),
-                    (_, 0) => UNNAMED.to_string(),
-                    (_, id) => match text(id) {
-                        Some(t) if t.is_empty() => UNNAMED.to_string(),
-                        Some(t) => t,
-                        None => format!("<string {id}>"),
-                    },
-                },
-                domain: match domain {
-                    0 => None,
-                    id => Some(text(id).unwrap_or_else(|| format!("<string {id}>"))),
-                },
+                name,
+                domain,
                 counts,
             });
         }
