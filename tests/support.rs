@@ -9,6 +9,7 @@
 pub mod duck;
 pub mod profiled;
 pub mod running;
+pub mod torch;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

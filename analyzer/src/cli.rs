@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::cmd::common::size_arg;
 use crate::cmd::totals::{self, Frames, Input};
 use crate::error::{Error, Exit};
+use crate::report::level::MemoryLevel;
 
 /// Report on a GPU memory trace written by the gpumemprof shim.
 #[derive(Debug, Parser)]
@@ -44,6 +45,10 @@ enum Command {
         /// Exit 4 if the peak of all memory (summary's totals.peak_bytes) exceeds SIZE.
         #[arg(long, value_name = "SIZE", value_parser = size_arg)]
         max_peak: Option<u64>,
+        /// Count a framework allocator's tensors (the default when the trace has them) or
+        /// the segments allocated from CUDA, HIP or the driver.
+        #[arg(long, value_enum, value_name = "LEVEL")]
+        level: Option<MemoryLevel>,
     },
     /// Allocations still live when the trace ended, grouped by call site and kind.
     Leaks {
@@ -57,6 +62,10 @@ enum Command {
         /// Exit 4 if the bytes live at the end (total_bytes) exceed SIZE (e.g. 0, 16MiB).
         #[arg(long, value_name = "SIZE", value_parser = size_arg)]
         max_leaked: Option<u64>,
+        /// Count a framework allocator's tensors (the default when the trace has them) or
+        /// the segments allocated from CUDA, HIP or the driver.
+        #[arg(long, value_enum, value_name = "LEVEL")]
+        level: Option<MemoryLevel>,
     },
     /// Why an allocation failed with out-of-memory: what asked, the device's free memory,
     /// what was live and which call sites held it, what grew before it, and a verdict.
@@ -96,12 +105,17 @@ enum Command {
 
 /// `--by` reads one trace: with several, a usage error (exit 2).
 fn check_by(input: &Input) {
-    if input.by.is_some() && input.several().is_some() {
+    one_trace_only(input, input.by.is_some(), "--by range");
+}
+
+/// `flag` (given when `given`) reads one trace file: a usage error with several.
+fn one_trace_only(input: &Input, given: bool, flag: &str) {
+    if given && input.several().is_some() {
         use clap::CommandFactory;
         Cli::command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
-                "--by range reads one trace file: give one TRACE",
+                format!("{flag} reads one trace file: give one TRACE"),
             )
             .exit();
     }
@@ -145,18 +159,22 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             top,
             frames,
             max_peak,
+            level,
         } => {
             check_by(input);
-            totals::peak(input, *top, frames.frames, *max_peak)
+            one_trace_only(input, level.is_some(), "--level");
+            totals::peak(input, *top, frames.frames, *max_peak, *level)
         }
         Command::Leaks {
             input,
             top,
             frames,
             max_leaked,
+            level,
         } => {
             check_by(input);
-            totals::leaks(input, *top, frames.frames, *max_leaked)
+            one_trace_only(input, level.is_some(), "--level");
+            totals::leaks(input, *top, frames.frames, *max_leaked, *level)
         }
         Command::Oom(args) => crate::cmd::oom::run(args),
         Command::Flamegraph(args) => crate::cmd::flamegraph::run(args),

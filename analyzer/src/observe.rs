@@ -37,6 +37,7 @@ pub fn record_time(record: &Record) -> Option<u64> {
         Record::Sample(s) => Some(s.time_ns),
         Record::Nvtx(n) => Some(n.time_ns),
         Record::Ending(e) => Some(e.time_ns),
+        Record::Tensor(t) => Some(t.time_ns),
         Record::Stack { .. }
         | Record::PyCode(_)
         | Record::NvtxString { .. }

@@ -27,6 +27,7 @@ use gpumemprof_analyzer::live;
 use gpumemprof_analyzer::observe;
 use gpumemprof_analyzer::replay::Loaded;
 use gpumemprof_analyzer::report::analyze;
+use gpumemprof_analyzer::report::level::MemoryLevel;
 use gpumemprof_analyzer::report::{by_range, leaks, oom, peak, summary, TraceInfo};
 use gpumemprof_analyzer::snapshot::{Moment as SnapMoment, Snapshot, SnapshotBuilder};
 use gpumemprof_analyzer::symbolize::Symbolizer;
@@ -200,19 +201,19 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     let summary = summary::build(trace.clone(), r);
     render(&summary, summary::write_text);
     render(
-        &peak::build(trace.clone(), r, &mut sym, 0, 0),
+        &peak::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None)),
         peak::write_text,
     );
-    let leaks = leaks::build(trace.clone(), r, &mut sym, 0, 0);
+    let leaks = leaks::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
     render(&leaks, leaks::write_text);
     // `--by range` of the three.
     let mut s = summary::build(trace.clone(), r);
     s.by_range = Some(by_range::summary(r));
     render(&s, summary::write_text);
-    let mut p = peak::build(trace.clone(), r, &mut sym, 0, 0);
+    let mut p = peak::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
     p.by_range = Some(by_range::peak(r, 0));
     render(&p, peak::write_text);
-    let mut l = leaks::build(trace.clone(), r, &mut sym, 0, 0);
+    let mut l = leaks::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
     l.by_range = Some(by_range::leaks(r, 0));
     render(&l, leaks::write_text);
     let analyzed = analyze::build(trace.clone(), r, analysis, &mut sym, 0);

@@ -86,6 +86,7 @@ pub mod kind {
     pub const PACKED_ALLOC: u8 = 12;
     pub const PACKED_FREE: u8 = 13;
     pub const ENDING: u8 = 14;
+    pub const TENSOR: u8 = 15;
 }
 
 /// The JSON header may not exceed this (real headers are a few KiB; argv is capped by the shim).

@@ -17,6 +17,10 @@ pub enum MemKind {
     /// Physical memory behind a VMM handle (`cuMemCreate`/`hipMemCreate`); counted
     /// through its mappings, never on its own.
     VmmHandle,
+    /// A framework's tensor (a block its caching allocator handed out, `Record::Tensor`):
+    /// memory inside the segments the framework allocated, so never added to them; the
+    /// reports' tensor level counts these alone.
+    Tensor,
     /// A kind written by a newer shim; kept so totals stay honest.
     Other(u8),
 }
@@ -29,6 +33,7 @@ impl MemKind {
             MemKind::PinnedHost => 2,
             MemKind::AddressReservation => 3,
             MemKind::VmmHandle => 4,
+            MemKind::Tensor => 5,
             MemKind::Other(v) => v,
         }
     }
@@ -39,6 +44,7 @@ impl MemKind {
             2 => MemKind::PinnedHost,
             3 => MemKind::AddressReservation,
             4 => MemKind::VmmHandle,
+            5 => MemKind::Tensor,
             v => MemKind::Other(v),
         }
     }
@@ -50,13 +56,18 @@ impl MemKind {
             MemKind::PinnedHost => "pinned_host",
             MemKind::AddressReservation => "address_reservation",
             MemKind::VmmHandle => "vmm_handle",
+            MemKind::Tensor => "tensor",
             MemKind::Other(_) => "other",
         }
     }
     /// False for the kinds that are bookkeeping, not memory in use (reservations and
-    /// VMM handles): reports leave them out of totals, peaks and leaks.
+    /// VMM handles), and for tensors, which lie inside memory already counted: reports
+    /// leave them out of the segment level's totals, peaks and leaks.
     pub fn is_memory(self) -> bool {
-        !matches!(self, MemKind::AddressReservation | MemKind::VmmHandle)
+        !matches!(
+            self,
+            MemKind::AddressReservation | MemKind::VmmHandle | MemKind::Tensor
+        )
     }
     /// Live allocations of these kinds share one address space per kind group: device,
     /// managed and pinned memory have distinct addresses (unified addressing), while a
@@ -66,9 +77,36 @@ impl MemKind {
         match self {
             MemKind::AddressReservation => 1,
             MemKind::VmmHandle => 2,
+            // A tensor shares its address with the segment it starts.
+            MemKind::Tensor => 3,
             _ => 0,
         }
     }
+}
+
+/// Address spaces of `MemKind::space`.
+pub const SPACES: usize = 4;
+
+/// `Tensor::framework` of PyTorch's caching allocator (`c10::reportMemoryUsageToProfiler`).
+pub const FRAMEWORK_PYTORCH: u8 = 1;
+
+/// A framework allocator's block handed out (`delta > 0`) or taken back (`delta < 0`),
+/// with the allocator's own totals on that device after the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tensor {
+    pub time_ns: u64,
+    pub tid: u32,
+    /// Which allocator (`FRAMEWORK_PYTORCH`).
+    pub framework: u8,
+    pub device: i32,
+    pub address: u64,
+    /// Bytes: positive for an allocation, negative for a free.
+    pub delta: i64,
+    /// The allocator's allocated bytes after the change (PyTorch's `allocated_bytes`).
+    pub allocated: u64,
+    /// Its reserved bytes (the segments it holds; PyTorch's `reserved_bytes`).
+    pub reserved: u64,
+    pub stack: u64,
 }
 
 /// A successful allocation.
@@ -400,6 +438,8 @@ pub enum Record {
     /// How the process ended (an exit status or a fatal signal), just before `End`;
     /// absent in traces of shims older than this record.
     Ending(EndingRecord),
+    /// A tensor of a framework's allocator allocated or freed.
+    Tensor(Tensor),
     /// A record kind this reader does not know (written by a newer shim); skipped.
     Unknown {
         kind: u8,

@@ -11,7 +11,7 @@ use zstd::zstd_safe::{self, CParameter};
 use crate::packed::Running;
 use crate::record::{
     Alloc, AllocFailed, Ending, EndingRecord, Free, Module, Nvtx, PyCode, Record, Sample, Stats,
-    MAX_NVTX_STRING, MAX_PY_STRING,
+    Tensor, MAX_NVTX_STRING, MAX_PY_STRING,
 };
 use crate::varint::{put_u64, zigzag};
 use crate::{
@@ -368,6 +368,27 @@ impl BlockEncoder {
         self.commit(kind::NVTX_STRING);
     }
 
+    /// A framework tensor. Like NVTX, its time is a delta that leaves the block's running
+    /// event time where it is, so a reader that skips this kind decodes later events
+    /// unchanged.
+    pub fn tensor(&mut self, t: &Tensor) {
+        let dt = zigzag(t.time_ns.wrapping_sub(self.last_time) as i64);
+        self.small_record(
+            kind::TENSOR,
+            [
+                dt,
+                t.tid.into(),
+                t.framework.into(),
+                zigzag(t.device.into()),
+                t.address,
+                zigzag(t.delta),
+                t.allocated,
+                t.reserved,
+                t.stack,
+            ],
+        );
+    }
+
     /// Periodic pipeline counters.
     pub fn stats(&mut self, s: &Stats) {
         self.counters(kind::STATS, s);
@@ -411,6 +432,7 @@ impl BlockEncoder {
             Record::NvtxString { id, text } => self.nvtx_string(*id, text),
             Record::End(s) => self.end(s),
             Record::Ending(e) => self.ending(e),
+            Record::Tensor(t) => self.tensor(t),
             Record::Unknown { .. } => {}
         }
     }

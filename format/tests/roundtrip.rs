@@ -275,6 +275,28 @@ fn every_kind() -> Vec<Record> {
             time_ns: 0,
             ending: Ending::Exit(i32::MAX),
         }),
+        Record::Tensor(Tensor {
+            time_ns: 2, // behind the running event time: a negative delta
+            tid: 9,
+            framework: FRAMEWORK_PYTORCH,
+            device: 0,
+            address: 0x7f00_0000_0000,
+            delta: 3 << 20,
+            allocated: 12 << 20,
+            reserved: 22 << 20,
+            stack: 4,
+        }),
+        Record::Tensor(Tensor {
+            time_ns: u64::MAX,
+            tid: u32::MAX,
+            framework: u8::MAX,
+            device: -1,
+            address: u64::MAX,
+            delta: i64::MIN,
+            allocated: u64::MAX,
+            reserved: 0,
+            stack: u64::MAX,
+        }),
         Record::End(Stats::default()),
     ]
 }
@@ -309,6 +331,28 @@ fn an_ending_by_signal_is_its_time_how_and_number() {
         ending: Ending::Exit(3),
     });
     assert_eq!(raw_of(std::slice::from_ref(&r)), vec![14, 3, 5, 1, 6]);
+}
+
+/// A tensor freed by PyTorch's allocator: kind 15, then the time delta (not advancing the
+/// running time), tid, framework, device, address, delta (negative), allocated, reserved,
+/// stack, each a varint (zigzag for the signed ones).
+#[test]
+fn a_tensor_free_is_its_fields_in_order() {
+    let r = Record::Tensor(Tensor {
+        time_ns: 5,
+        tid: 7,
+        framework: FRAMEWORK_PYTORCH,
+        device: 1,
+        address: 64,
+        delta: -2,
+        allocated: 3,
+        reserved: 4,
+        stack: 5,
+    });
+    assert_eq!(
+        raw_of(std::slice::from_ref(&r)),
+        vec![15, 9, 10, 7, 1, 2, 64, 3, 3, 4, 5]
+    );
 }
 
 #[test]

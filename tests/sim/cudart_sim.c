@@ -549,6 +549,12 @@ static cudaError_t entry_point(const char *symbol, void **funcPtr, int version,
     CUresult r = drv.get_proc(symbol, funcPtr, version, flags, &st);
     if (driverStatus)
         *driverStatus = (cudaDriverEntryPointQueryResult)st;
+    /* As the real header says: a symbol the driver lacks (or not at this version) is
+     * cudaSuccess with a NULL pointer; only driverStatus tells. */
+    if (r == CUDA_ERROR_NOT_FOUND) {
+        *funcPtr = NULL;
+        return cudaSuccess;
+    }
     return result(r);
 }
 

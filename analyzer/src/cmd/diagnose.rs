@@ -16,6 +16,7 @@ use super::info::{self, ApiCounter, HeaderFacts, ANALYZER_VERSION};
 use crate::error::Error;
 use crate::nvml::{self, NvmlInfo};
 use crate::report::analyze::{self, Analysis};
+use crate::report::level::MemoryLevel;
 use crate::report::{leaks, peak, summary, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::Symbolizer;
 use crate::term;
@@ -251,12 +252,12 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     bundle.write_json(
         "peak.json",
         "peak",
-        &peak::build(info_of(), r, &mut sym, 0, frames),
+        &peak::build(info_of(), r, &mut sym, 0, frames, MemoryLevel::of(r, None)),
     )?;
     bundle.write_json(
         "leaks.json",
         "leaks",
-        &leaks::build(info_of(), r, &mut sym, 0, frames),
+        &leaks::build(info_of(), r, &mut sym, 0, frames, MemoryLevel::of(r, None)),
     )?;
     let analyzed = analyze::build(info_of(), r, analysis, &mut sym, frames);
     bundle.write_json("analyze.json", "analyze", &analyzed)?;

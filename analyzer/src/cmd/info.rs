@@ -135,6 +135,8 @@ pub struct RecordCounts {
     pub nvtx_names: u64,
     /// How-the-process-ended records (an exit status or a fatal signal).
     pub ending: u64,
+    /// A framework allocator's tensor allocations and frees (PyTorch's caching allocator).
+    pub tensors: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -195,6 +197,7 @@ impl Observer for ApiCounter {
             Record::Nvtx(_) => r.nvtx_events += 1,
             Record::NvtxString { .. } => r.nvtx_names += 1,
             Record::Ending(_) => r.ending += 1,
+            Record::Tensor(_) => r.tensors += 1,
         }
     }
 

@@ -49,7 +49,8 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let info = TraceInfo::new(&args.trace, &loaded);
     let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let summary = summary::build(info.clone(), r);
-    let leaks = leaks::build(info.clone(), r, &mut sym, TOP_LEAKS, 0);
+    let level = crate::report::level::MemoryLevel::of(r, None);
+    let leaks = leaks::build(info.clone(), r, &mut sym, TOP_LEAKS, 0, level);
     let apis = api_names(&loaded.header);
 
     let fail = |e: String| Error::Failed(e);

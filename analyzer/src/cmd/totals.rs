@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::input::{load, warn_all};
 use crate::replay::Replayed;
 use crate::report::by_range::{self, By};
+use crate::report::level::MemoryLevel;
 use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
 use crate::symbolize::Symbolizer;
 
@@ -79,7 +80,13 @@ pub fn summary(input: &Input, max_peak: Option<u64>) -> Result<(), Error> {
     gate("peak", report.totals.peak_bytes, "--max-peak", max_peak)
 }
 
-pub fn peak(input: &Input, top: usize, frames: usize, max_peak: Option<u64>) -> Result<(), Error> {
+pub fn peak(
+    input: &Input,
+    top: usize,
+    frames: usize,
+    max_peak: Option<u64>,
+    level: Option<MemoryLevel>,
+) -> Result<(), Error> {
     let opts = ranks::Options {
         top,
         frames,
@@ -87,7 +94,8 @@ pub fn peak(input: &Input, top: usize, frames: usize, max_peak: Option<u64>) -> 
         ..input.ranks(ranks::Which::Peak)
     };
     sites(input, opts, |trace, r, sym, by| {
-        let mut report = peak::build(trace, r, sym, top, frames);
+        let level = MemoryLevel::of(r, level);
+        let mut report = peak::build(trace, r, sym, top, frames, level);
         if by {
             report.by_range = Some(by_range::peak(r, top));
         }
@@ -105,6 +113,7 @@ pub fn leaks(
     top: usize,
     frames: usize,
     max_leaked: Option<u64>,
+    level: Option<MemoryLevel>,
 ) -> Result<(), Error> {
     let opts = ranks::Options {
         top,
@@ -113,7 +122,8 @@ pub fn leaks(
         ..input.ranks(ranks::Which::Leaks)
     };
     sites(input, opts, |trace, r, sym, by| {
-        let mut report = leaks::build(trace, r, sym, top, frames);
+        let level = MemoryLevel::of(r, level);
+        let mut report = leaks::build(trace, r, sym, top, frames, level);
         if by {
             report.by_range = Some(by_range::leaks(r, top));
         }

@@ -2,7 +2,7 @@
 //! counters per (device, kind) row, stacks, NVML samples, capture statistics. (The whole
 //! result, `Replayed`, is in `pass.rs`, beside what makes it.)
 
-use gpumemprof_format::{Ending, MemKind, Sample};
+use gpumemprof_format::{Ending, MemKind, Sample, Tensor};
 
 /// Failed allocations kept with their details for reports; later ones are only counted.
 /// A program that retries a failing allocation in a loop must not grow our memory.
@@ -151,4 +151,37 @@ pub enum LiveChange {
     Added(LiveAlloc),
     /// A live allocation was released.
     Released(LiveAlloc),
+}
+
+/// A framework allocator's own figures on one device, as its tensor records carry them
+/// (PyTorch's `allocated_bytes` and `reserved_bytes` after each change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AllocatorFigures {
+    pub device: i32,
+    /// `Tensor::framework` (1: PyTorch).
+    pub framework: u8,
+    /// Tensor records seen: allocations and frees.
+    pub allocations: u64,
+    pub frees: u64,
+    /// The figures after the last record.
+    pub allocated: u64,
+    pub reserved: u64,
+    /// The highest of each over the run (each at its own moment, as PyTorch's
+    /// `allocated_bytes.all.peak` and `reserved_bytes.all.peak`).
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+}
+
+impl AllocatorFigures {
+    pub(crate) fn apply(&mut self, t: &Tensor) {
+        if t.delta >= 0 {
+            self.allocations += 1;
+        } else {
+            self.frees += 1;
+        }
+        self.allocated = t.allocated;
+        self.reserved = t.reserved;
+        self.peak_allocated = self.peak_allocated.max(t.allocated);
+        self.peak_reserved = self.peak_reserved.max(t.reserved);
+    }
 }

@@ -8,7 +8,7 @@ use super::ranges::{Ranges, RangesResult};
 use super::tally::{Held, RowState, Slot};
 use crate::fasthash::FastMap;
 use gpumemprof_format::{
-    Alloc, AllocFailed, Free, MemKind, Module, PyCode, Record, Sample, FREE_RANGE,
+    Alloc, AllocFailed, Free, MemKind, Module, PyCode, Record, Sample, Tensor, FREE_RANGE, SPACES,
 };
 
 /// Everything the reports need, once the stream has been consumed.
@@ -40,13 +40,16 @@ pub struct Replayed {
     pub ranges: Option<RangesResult>,
     /// Allocations live when `totals` reached its peak.
     pub peak_allocations: u64,
+    /// A framework allocator's own figures per device, sorted by device; empty when the
+    /// trace has no tensor records.
+    pub allocators: Vec<AllocatorFigures>,
 }
 
 /// The streaming state. Feed it records with `record`, then call `finish`.
 #[derive(Debug, Default)]
 pub struct Replay {
-    /// Per address space (`MemKind::space`): memory, reservations, VMM handles.
-    live: [FastMap<u64, Slot>; 3],
+    /// Per address space (`MemKind::space`): memory, reservations, VMM handles, tensors.
+    live: [FastMap<u64, Slot>; SPACES],
     /// A handful of rows at most: a linear scan beats hashing the key on every event.
     rows: Vec<((i32, MemKind), RowState)>,
     totals: Counters,
@@ -71,6 +74,7 @@ pub struct Replay {
     /// NVTX range attribution, from the trace's first NVTX record on (boxed: a trace
     /// without NVTX pays one pointer).
     ranges: Option<Box<Ranges>>,
+    allocators: Vec<AllocatorFigures>,
 }
 
 impl Replay {
@@ -147,7 +151,54 @@ impl Replay {
                 self.ranges().event(&n);
             }
             Record::NvtxString { id, text } => self.ranges().string(id, text),
+            Record::Tensor(t) => self.tensor(&t),
             Record::Unknown { .. } => self.pipeline.unknown_records += 1,
+        }
+    }
+
+    /// A framework tensor: an allocation or free of the `Tensor` kind (its own address
+    /// space and rows), and the allocator's figures on its device.
+    fn tensor(&mut self, t: &Tensor) {
+        let figures = match (self.allocators.iter())
+            .position(|f| (f.device, f.framework) == (t.device, t.framework))
+        {
+            Some(i) => &mut self.allocators[i],
+            None => {
+                self.allocators.push(AllocatorFigures {
+                    device: t.device,
+                    framework: t.framework,
+                    ..AllocatorFigures::default()
+                });
+                self.allocators.last_mut().expect("just pushed")
+            }
+        };
+        figures.apply(t);
+        if t.delta >= 0 {
+            self.alloc(&Alloc {
+                time_ns: t.time_ns,
+                tid: t.tid,
+                api: 0,
+                kind: MemKind::Tensor,
+                device: t.device,
+                address: t.address,
+                size: t.delta as u64,
+                stream: 0,
+                pool: 0,
+                stack: t.stack,
+            });
+        } else {
+            self.free(&Free {
+                time_ns: t.time_ns,
+                tid: t.tid,
+                api: 0,
+                address: t.address,
+                stream: 0,
+                stack: t.stack,
+                result: 0,
+                flags: 0,
+                kind: MemKind::Tensor,
+                size: 0,
+            });
         }
     }
 
@@ -441,6 +492,11 @@ impl Replay {
             pipeline: self.pipeline,
             ranges,
             peak_allocations: self.peak_allocations,
+            allocators: {
+                let mut a = self.allocators;
+                a.sort_by_key(|f| (f.device, f.framework));
+                a
+            },
             nvml: {
                 let mut nvml = self.nvml;
                 nvml.sort_by_key(|d| d.device);

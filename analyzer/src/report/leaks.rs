@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use gpumemprof_format::MemKind;
 use serde::Serialize;
 
+use super::level::{site, MemoryLevel};
 use super::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::replay::Replayed;
 use crate::symbolize::{Frame, Symbolizer};
@@ -16,6 +17,9 @@ use crate::units;
 pub struct LeaksReport {
     pub schema_version: u32,
     pub trace: TraceInfo,
+    /// What is counted: `tensors` (a framework allocator's, when the trace has them) or
+    /// `segments` (what was allocated from CUDA).
+    pub level: MemoryLevel,
     /// Bytes live at the end, all groups (not only those shown).
     pub total_bytes: u64,
     /// Allocations live at the end, all groups.
@@ -39,6 +43,9 @@ pub struct LeakGroup {
     /// Earliest and latest allocation time in the group, ns since the trace started.
     pub first_time_ns: u64,
     pub last_time_ns: u64,
+    /// The first frame outside the framework and the interpreter: the user's line
+    /// (null when every frame is theirs).
+    pub site: Option<Frame>,
     pub frames: Vec<Frame>,
 }
 
@@ -57,11 +64,13 @@ pub fn build(
     sym: &mut Symbolizer,
     top: usize,
     frames: usize,
+    level: MemoryLevel,
 ) -> LeaksReport {
     let mut groups: HashMap<(u64, MemKind), Group> = HashMap::new();
     let (mut total_bytes, mut total_count) = (0u64, 0u64);
-    // Reservations and VMM handles are not memory in use; their mappings are.
-    for a in r.live.iter().filter(|a| a.kind.is_memory()) {
+    // Reservations and VMM handles are not memory in use; their mappings are. Tensors lie
+    // inside the segments: one level or the other.
+    for a in r.live.iter().filter(|a| level.counts(a.kind)) {
         total_bytes = total_bytes.saturating_add(a.size);
         total_count += 1;
         let g = groups.entry((a.stack, a.kind)).or_insert(Group {
@@ -91,6 +100,7 @@ pub fn build(
     LeaksReport {
         schema_version: SCHEMA_VERSION,
         trace,
+        level,
         total_bytes,
         total_count,
         groups: groups
@@ -103,6 +113,7 @@ pub fn build(
                 count: g.count,
                 first_time_ns: g.first,
                 last_time_ns: g.last,
+                site: site(&sym.stack(stack, 0)).cloned(),
                 frames: sym.stack(stack, frames),
             })
             .collect(),
@@ -126,11 +137,15 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
              means live when the trace stopped, not leaked at exit."
         )?;
     }
+    let (one, many) = match report.level {
+        MemoryLevel::Tensors => ("tensor", "tensors"),
+        MemoryLevel::Segments => ("allocation", "allocations"),
+    };
     writeln!(
         out,
         "{} in {} live {when}",
         units::bytes_exact(report.total_bytes),
-        units::plural(report.total_count, "allocation", "allocations")
+        units::plural(report.total_count, one, many)
     )?;
     if let Some(b) = &report.by_range {
         // By range instead of by call site.
@@ -161,13 +176,19 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
                 units::secs(g.last_time_ns)
             )
         };
+        let (one, many) = super::level::count_words(g.kind);
         writeln!(
             out,
-            "\n#{} {} in {} ({} memory on {on} {}), {when} (stack {})",
+            "\n#{} {} in {}{} ({}{on} {}), {when} (stack {})",
             n + 1,
             units::bytes_exact(g.bytes),
-            units::plural(g.count, "allocation", "allocations"),
-            g.kind,
+            units::plural(g.count, one, many),
+            super::level::from_site(g.site.as_ref(), &g.frames),
+            if one == "tensor" {
+                String::new()
+            } else {
+                format!("{} on ", super::level::kind_words(g.kind))
+            },
             devices.join(","),
             g.stack_id
         )?;

@@ -9,6 +9,7 @@ pub mod analyze;
 pub mod by_range;
 pub mod framework;
 pub mod leaks;
+pub mod level;
 pub mod oom;
 pub mod peak;
 pub mod summary;

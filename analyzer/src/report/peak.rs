@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use super::level::{site, MemoryLevel};
 use super::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::replay::Replayed;
 use crate::symbolize::{Frame, Symbolizer};
@@ -14,7 +15,11 @@ use crate::units;
 pub struct PeakReport {
     pub schema_version: u32,
     pub trace: TraceInfo,
-    /// One per (device, kind) that allocated anything, sorted by device then kind.
+    /// What is counted: `tensors` (a framework allocator's, when the trace has them) or
+    /// `segments` (what was allocated from CUDA).
+    pub level: MemoryLevel,
+    /// One per (device, kind) that allocated anything at that level, sorted by device
+    /// then kind.
     pub peaks: Vec<Peak>,
     /// With `--by range` only: the peak of all memory by NVTX range.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,6 +45,9 @@ pub struct PeakSite {
     pub bytes: u64,
     /// Allocations this stack held live at the peak.
     pub count: u64,
+    /// The first frame outside the framework and the interpreter: the user's line
+    /// (null when every frame is theirs).
+    pub site: Option<Frame>,
     pub frames: Vec<Frame>,
 }
 
@@ -50,11 +58,12 @@ pub fn build(
     sym: &mut Symbolizer,
     top: usize,
     frames: usize,
+    level: MemoryLevel,
 ) -> PeakReport {
     let peaks = r
         .rows
         .iter()
-        .filter(|row| row.kind.is_memory() && row.counters.allocations > 0)
+        .filter(|row| level.counts(row.kind) && row.counters.allocations > 0)
         .map(|row| {
             let mut sites = row.peak_sites.clone();
             // Largest first; ties in a fixed order so reports are reproducible.
@@ -78,6 +87,7 @@ pub fn build(
                         stack_id: s.stack,
                         bytes: s.bytes,
                         count: s.count,
+                        site: site(&sym.stack(s.stack, 0)).cloned(),
                         frames: sym.stack(s.stack, frames),
                     })
                     .collect(),
@@ -87,6 +97,7 @@ pub fn build(
     PeakReport {
         schema_version: SCHEMA_VERSION,
         trace,
+        level,
         peaks,
         by_range: None,
     }
@@ -105,21 +116,23 @@ pub fn write_text(report: &PeakReport, out: &mut dyn Write) -> io::Result<()> {
         if i > 0 {
             writeln!(out)?;
         }
+        let what = super::level::kind_words(peak.kind);
         writeln!(
             out,
-            "device {} {} memory: peak {} at {}",
+            "device {} {what}: peak {} at {}",
             units::device(peak.device),
-            peak.kind,
             units::bytes_exact(peak.peak_bytes),
             units::secs(peak.peak_time_ns)
         )?;
+        let (one, many) = super::level::count_words(peak.kind);
         for (n, site) in peak.sites.iter().enumerate() {
             writeln!(
                 out,
-                "  #{} {} in {} (stack {})",
+                "  #{} {} in {}{} (stack {})",
                 n + 1,
                 units::bytes_exact(site.bytes),
-                units::plural(site.count, "allocation", "allocations"),
+                units::plural(site.count, one, many),
+                super::level::from_site(site.site.as_ref(), &site.frames),
                 site.stack_id
             )?;
             write_frames(out, &site.frames, "      ")?;

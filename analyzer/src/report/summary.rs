@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::framework::Framework;
 use super::{TraceInfo, SCHEMA_VERSION};
-use crate::replay::{Counters, NvmlDevice, Replayed};
+use crate::replay::{AllocatorFigures, Counters, NvmlDevice, Replayed};
 use crate::units;
 
 #[derive(Debug, Clone, Serialize)]
@@ -29,6 +29,9 @@ pub struct SummaryReport {
     pub nvml: Vec<NvmlRow>,
     /// Whether the allocations are tensors or a framework allocator's segments.
     pub framework: Framework,
+    /// A framework allocator's own figures per device, from its tensor records (empty
+    /// when the trace has none): PyTorch's allocated and reserved bytes.
+    pub allocators: Vec<AllocatorRow>,
     /// With `--by range` only: the same memory by NVTX range.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by_range: Option<super::by_range::SummaryByRange>,
@@ -72,12 +75,53 @@ impl From<&NvmlDevice> for NvmlRow {
     }
 }
 
+/// `allocators[]`: what the framework's caching allocator said of itself on one device,
+/// in PyTorch's words (`torch.cuda.memory_stats()`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocatorRow {
+    pub device: i32,
+    /// `pytorch`.
+    pub framework: &'static str,
+    /// Tensors handed out and taken back (`allocation.all.allocated` and `.freed`).
+    pub tensor_allocations: u64,
+    pub tensor_frees: u64,
+    /// After the allocator's last tensor event (`allocated_bytes.all.current` and
+    /// `reserved_bytes.all.current` then: a cache release after it, as `emptyCache` or an
+    /// out-of-memory retry, shows in the segment rows only) and at their highest over the
+    /// run (`.peak`).
+    pub allocated_bytes: u64,
+    pub allocated_peak_bytes: u64,
+    pub reserved_bytes: u64,
+    pub reserved_peak_bytes: u64,
+    /// `reserved_bytes - allocated_bytes`: cached in segments, in no tensor.
+    pub cached_bytes: u64,
+}
+
+impl From<&AllocatorFigures> for AllocatorRow {
+    fn from(f: &AllocatorFigures) -> AllocatorRow {
+        AllocatorRow {
+            device: f.device,
+            framework: match f.framework {
+                gpumemprof_format::FRAMEWORK_PYTORCH => "pytorch",
+                _ => "other",
+            },
+            tensor_allocations: f.allocations,
+            tensor_frees: f.frees,
+            allocated_bytes: f.allocated,
+            allocated_peak_bytes: f.peak_allocated,
+            reserved_bytes: f.reserved,
+            reserved_peak_bytes: f.peak_reserved,
+            cached_bytes: f.reserved.saturating_sub(f.allocated),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct SummaryRow {
     /// CUDA device ordinal; -1 when the shim could not tell.
     pub device: i32,
-    /// "device", "managed", "pinned_host", "address_reservation", "vmm_handle" or
-    /// "other". Reservations and VMM handles are not in `totals`.
+    /// "device", "managed", "pinned_host", "address_reservation", "vmm_handle", "tensor"
+    /// or "other". Reservations, VMM handles and tensors are not in `totals`.
     pub kind: &'static str,
     #[serde(flatten)]
     pub counts: Counts,
@@ -134,13 +178,38 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
         failed_allocations: r.totals.failed_allocations,
         nvml: r.nvml.iter().map(NvmlRow::from).collect(),
         framework,
+        allocators: r.allocators.iter().map(AllocatorRow::from).collect(),
         by_range: None,
     }
 }
 
 pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
-    report.framework.write_text(out)?;
+    if report.allocators.is_empty() {
+        report.framework.write_text(out)?;
+    } else {
+        for a in &report.allocators {
+            writeln!(
+                out,
+                "PyTorch caching allocator, device {}: {} tensors allocated, {} freed; peak \
+                 allocated {}, peak reserved {}; at its last tensor event {} allocated, {} \
+                 reserved ({} cached in no tensor)",
+                units::device(a.device),
+                a.tensor_allocations,
+                a.tensor_frees,
+                units::bytes(a.allocated_peak_bytes),
+                units::bytes(a.reserved_peak_bytes),
+                units::bytes(a.allocated_bytes),
+                units::bytes(a.reserved_bytes),
+                units::bytes(a.cached_bytes)
+            )?;
+        }
+        writeln!(
+            out,
+            "(rows: `tensor` is what the allocator handed out, its allocated bytes; the \
+             other kinds are the segments it reserved from CUDA)\n"
+        )?;
+    }
     if report.rows.is_empty() {
         writeln!(out, "no allocations recorded")?;
     } else {

@@ -64,6 +64,7 @@ const KNOWN: &[&str] = &[
     "minimum",
     "minLength",
     "maxLength",
+    "anyOf",
 ];
 
 fn type_matches(t: &str, v: &Value) -> bool {
@@ -88,6 +89,24 @@ fn check(root: &Value, schema: &Value, v: &Value, at: &str, errors: &mut Vec<Str
             KNOWN.contains(&key.as_str()),
             "unsupported keyword {key:?} at {at}"
         );
+    }
+    if let Some(any) = s.get("anyOf").and_then(|a| a.as_array()) {
+        // Valid against at least one: the errors of the closest miss otherwise.
+        let mut best: Option<Vec<String>> = None;
+        for sub in any {
+            let mut errs = Vec::new();
+            check(root, sub, v, at, &mut errs);
+            if errs.is_empty() {
+                best = None;
+                break;
+            }
+            if best.as_ref().is_none_or(|b| errs.len() < b.len()) {
+                best = Some(errs);
+            }
+        }
+        if let Some(errs) = best {
+            errors.extend(errs);
+        }
     }
     if let Some(r) = s.get("$ref").and_then(|r| r.as_str()) {
         let name = r

@@ -5,7 +5,7 @@
 use crate::packed::Running;
 use crate::record::{
     Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, PyCode, Record,
-    Sample, Stats, MAX_NVTX_STRING, MAX_PY_STRING,
+    Sample, Stats, Tensor, MAX_NVTX_STRING, MAX_PY_STRING,
 };
 use crate::varint::{leading, quick, unzigzag, Cursor, DecodeError};
 use crate::{kind, MAX_STACK_FRAMES};
@@ -28,6 +28,7 @@ fn kind_name(k: u8) -> &'static str {
         kind::PACKED_ALLOC => "packed alloc",
         kind::PACKED_FREE => "packed free",
         kind::ENDING => "ending",
+        kind::TENSOR => "tensor",
         _ => "unknown",
     }
 }
@@ -561,6 +562,21 @@ pub fn decode(
                 domain: f.u64("domain")?,
                 name: f.u64("name")?,
                 range: f.u64("range")?,
+            })
+        }
+        kind::TENSOR => {
+            // A delta from the running event time that leaves it where it is (see lib.rs).
+            let d = f.i64("time delta")?;
+            Record::Tensor(Tensor {
+                time_ns: last_time.wrapping_add(d as u64),
+                tid: f.uint("tid")?,
+                framework: f.uint("framework")?,
+                device: f.device()?,
+                address: f.u64("address")?,
+                delta: f.i64("delta")?,
+                allocated: f.u64("allocated")?,
+                reserved: f.u64("reserved")?,
+                stack: f.u64("stack")?,
             })
         }
         kind::NVTX_STRING => {

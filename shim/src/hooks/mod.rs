@@ -7,7 +7,8 @@
 //! `vmm.rs` (virtual memory management, host registration, the driver's pitch call),
 //! `resolver.rs` (the driver's `cuGetProcAddress`); what every handler shares (the guard,
 //! errno, `catch_unwind`, the event) is in `record.rs`. Besides them: `dlsym.rs` (the
-//! `dlsym`/`dlvsym` overrides), `nvtx.rs` (the NVTX injection callbacks), `api.rs` (the
+//! `dlsym`/`dlvsym` overrides), `nvtx.rs` (the NVTX injection callbacks), `framework.rs`
+//! (PyTorch's allocator's tensors, through `c10::reportMemoryUsageToProfiler`), `api.rs` (the
 //! public C API of include/gpumemprof.h). This is the top layer: nothing below imports it.
 //!
 //! Each wrapper: find the real function (or return the API's own "not available"
@@ -26,6 +27,7 @@ pub mod alloc;
 mod api;
 pub mod device;
 pub mod dlsym;
+mod framework;
 mod nvtx;
 pub mod record;
 pub mod resolver;

@@ -11,7 +11,14 @@ pub enum EventKind {
     /// An NVTX range or mark (`hooks/nvtx.rs`): `mem` holds the `NvtxOp`, `address` the domain's
     /// name id, `size` the message's name id, `aux` the start/end range id.
     Nvtx,
+    /// A framework allocator's tensor (`hooks/framework.rs`): `result` holds the framework
+    /// (`gpumemprof_format::FRAMEWORK_*`), `size` the bytes, `aux` `TENSOR_FREE` for a free, `stream` and `pool` the
+    /// allocator's allocated and reserved bytes after the change.
+    Tensor,
 }
+
+/// `Event::aux` of a tensor that was freed.
+pub const TENSOR_FREE: u64 = 1;
 
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]

@@ -15,9 +15,9 @@ use super::recorder::Recorder;
 use crate::capture::{intern, modules, nvtx_names, python};
 use crate::sys::clock;
 use crate::sys::diag::{say, warn};
-use crate::sys::event::{Event, EventKind, OUT_OF_MEMORY};
+use crate::sys::event::{Event, EventKind, OUT_OF_MEMORY, TENSOR_FREE};
 use gpumemprof_format::{
-    Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, Stats,
+    Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, Stats, Tensor,
     TraceWriter, BLOCK_FLUSH_BYTES,
 };
 use std::collections::{HashSet, VecDeque};
@@ -209,6 +209,22 @@ impl WriterCore {
                 name: ev.size,
                 range: ev.aux,
             }),
+            EventKind::Tensor => Pending::Tensor(Box::new(Tensor {
+                time_ns,
+                tid,
+                framework: ev.result as u8,
+                device: ev.device,
+                address: ev.address,
+                // The size is a byte count below 2^63; `aux` says a free.
+                delta: if ev.aux == TENSOR_FREE {
+                    -(ev.size as i64)
+                } else {
+                    ev.size as i64
+                },
+                allocated: ev.stream,
+                reserved: ev.pool,
+                stack: stack as u64,
+            })),
         };
         self.stage(p);
     }
@@ -269,6 +285,7 @@ impl WriterCore {
                     Pending::Failed(f) => enc.alloc_failed(&f),
                     Pending::Sample(s) => enc.sample(&s),
                     Pending::Nvtx(n) => enc.nvtx(&n),
+                    Pending::Tensor(x) => enc.tensor(&x),
                 }
                 self.events += 1;
                 if enc.len() >= BLOCK_FLUSH_BYTES {

@@ -1,7 +1,7 @@
 //! An event as it waits in the writer's reorder buffer (already interned, without
 //! frames) and in the flight recorder's ring: the format's record types, one 64-byte line.
 
-use gpumemprof_format::{Alloc, AllocFailed, Free, Nvtx, Sample};
+use gpumemprof_format::{Alloc, AllocFailed, Free, Nvtx, Sample, Tensor};
 
 /// Events as they wait in the reorder buffer: already interned, without frames.
 #[derive(Clone, Debug)]
@@ -13,6 +13,8 @@ pub(crate) enum Pending {
     Failed(Box<AllocFailed>),
     Sample(Sample),
     Nvtx(Nvtx),
+    /// Boxed: its 64 bytes and the tag would make every event a line and a half.
+    Tensor(Box<Tensor>),
 }
 
 impl Pending {
@@ -39,6 +41,10 @@ impl Pending {
                 n.time_ns = t;
                 Pending::Nvtx(n)
             }
+            Pending::Tensor(mut x) => {
+                x.time_ns = t;
+                Pending::Tensor(x)
+            }
         }
     }
 
@@ -49,6 +55,7 @@ impl Pending {
             Pending::Failed(f) => f.time_ns,
             Pending::Sample(s) => s.time_ns,
             Pending::Nvtx(n) => n.time_ns,
+            Pending::Tensor(x) => x.time_ns,
         }
     }
 }

@@ -1,0 +1,191 @@
+//! The two levels a report can count at, and which frame of a stack is the user's.
+//!
+//! * **Segments**: what the hooks saw the process ask CUDA, HIP or the driver for
+//!   (`cudaMalloc`, VMM mappings): what PyTorch calls *reserved*.
+//! * **Tensors**: the blocks a framework's caching allocator handed out inside those
+//!   segments (`MemKind::Tensor`, from `c10::reportMemoryUsageToProfiler`): what PyTorch
+//!   calls *allocated*.
+//!
+//! A report counts tensors when the trace has them, unless `--level segments` asks for
+//! the segments; a trace without tensors is always counted in segments.
+//!
+//! The **site** of an allocation is the first frame, innermost first, outside the
+//! framework and the interpreter: PyTorch's and TensorFlow's libraries and Python files,
+//! the CUDA libraries, CPython itself and libffi/ctypes. That is the line the user wrote;
+//! the whole stack stays in the report.
+
+use std::path::Path;
+
+use clap::ValueEnum;
+use gpumemprof_format::MemKind;
+use serde::Serialize;
+
+use crate::replay::Replayed;
+use crate::symbolize::Frame;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryLevel {
+    /// The memory the process allocated from CUDA, HIP or the driver (PyTorch's
+    /// "reserved").
+    Segments,
+    /// The tensors of a framework's caching allocator (PyTorch's "allocated").
+    Tensors,
+}
+
+impl MemoryLevel {
+    /// The level asked for, else tensors if the trace has any, else segments.
+    pub fn of(r: &Replayed, asked: Option<MemoryLevel>) -> MemoryLevel {
+        asked.unwrap_or(if has_tensors(r) {
+            MemoryLevel::Tensors
+        } else {
+            MemoryLevel::Segments
+        })
+    }
+
+    /// Whether memory of `kind` is counted at this level.
+    pub fn counts(self, kind: MemKind) -> bool {
+        match self {
+            MemoryLevel::Segments => kind.is_memory(),
+            MemoryLevel::Tensors => kind == MemKind::Tensor,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryLevel::Segments => "segments",
+            MemoryLevel::Tensors => "tensors",
+        }
+    }
+}
+
+/// The trace recorded a framework allocator's tensors.
+pub fn has_tensors(r: &Replayed) -> bool {
+    r.rows
+        .iter()
+        .any(|row| row.kind == MemKind::Tensor && row.counters.allocations > 0)
+}
+
+/// Library file names (before the first `.so` or version) of the framework, the CUDA
+/// libraries, the interpreter and the foreign-function layers.
+const NOT_THE_USERS: &[&str] = &[
+    "libc10",
+    "libtorch",
+    "libtensorflow",
+    "libjax",
+    "libxla",
+    "libcudart",
+    "libcuda",
+    "libamdhip64",
+    "libpython",
+    "libffi",
+    "_ctypes",
+    "python",
+];
+
+/// A frame of the framework, CUDA or the interpreter (not the user's).
+pub fn is_framework(f: &Frame) -> bool {
+    if f.python {
+        let file = f.file.as_deref().unwrap_or("");
+        return file.contains("/torch/")
+            || file.contains("/tensorflow/")
+            || file.starts_with("<frozen ");
+    }
+    let Some(module) = f.module.as_deref() else {
+        return false;
+    };
+    let name = Path::new(module)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(module);
+    NOT_THE_USERS.iter().any(|p| name.starts_with(p))
+}
+
+/// The site: the first frame outside the framework and the interpreter (innermost
+/// first); `None` when every frame is theirs (or there are none).
+pub fn site(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().find(|f| !is_framework(f))
+}
+
+/// A kind in text: `tensors`, or `device memory`.
+pub fn kind_words(kind: &str) -> String {
+    if kind == MemKind::Tensor.name() {
+        "tensors".to_string()
+    } else {
+        format!("{kind} memory")
+    }
+}
+
+/// What one allocation of a kind is called in text: a tensor, or an allocation.
+pub fn count_words(kind: &str) -> (&'static str, &'static str) {
+    if kind == MemKind::Tensor.name() {
+        ("tensor", "tensors")
+    } else {
+        ("allocation", "allocations")
+    }
+}
+
+/// ` from FUNCTION at FILE:LINE` for a site's heading, when the site is not the first
+/// frame listed under it anyway (framework frames come first); else empty.
+pub fn from_site(site: Option<&Frame>, frames: &[Frame]) -> String {
+    match site {
+        Some(f) if frames.first() != Some(f) => format!(" from {}", f.describe()),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(module: &str, function: &str) -> Frame {
+        Frame {
+            address: "0x1".into(),
+            module: Some(module.into()),
+            function: Some(function.into()),
+            file: None,
+            line: None,
+            inlined: false,
+            python: false,
+            offset: None,
+        }
+    }
+
+    fn py(file: &str, function: &str) -> Frame {
+        Frame {
+            module: None,
+            file: Some(file.into()),
+            python: true,
+            ..native("", function)
+        }
+    }
+
+    #[test]
+    fn the_site_skips_the_framework_the_interpreter_and_ctypes() {
+        let frames = vec![
+            native("/site-packages/torch/lib/libc10_cuda.so", "alloc_block"),
+            native("/site-packages/torch/lib/libtorch_cuda.so", "empty_cuda"),
+            py("/site-packages/torch/nn/modules/linear.py", "forward"),
+            native("/usr/lib/libpython3.11.so.1.0", "_PyEval_EvalFrameDefault"),
+            native("/usr/lib/x86_64-linux-gnu/libffi.so.8", "ffi_call"),
+            py("/home/me/train.py", "step"),
+            py("/home/me/train.py", "main"),
+        ];
+        assert_eq!(
+            site(&frames).and_then(|f| f.function.as_deref()),
+            Some("step")
+        );
+        // A C++ program linked to libc10: its own function.
+        let frames = vec![
+            native("/w/torch/lib/libc10_cuda.so", "malloc"),
+            native("/w/harness", "keep_activations"),
+        ];
+        assert_eq!(
+            site(&frames).and_then(|f| f.function.as_deref()),
+            Some("keep_activations")
+        );
+        // The interpreter's executable (python3.11) is not the user's either.
+        assert!(is_framework(&native("/usr/bin/python3.11", "main")));
+        assert_eq!(site(&frames[..1]), None);
+    }
+}

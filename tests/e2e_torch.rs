@@ -1,0 +1,194 @@
+//! End to end on code we did not write: PyTorch's own CUDA caching allocator
+//! (`libc10_cuda.so` of the pinned torch wheel, see `support::torch`) runs
+//! `tests/torch/caching_allocator.cpp` on the simulated GPU, with and without the shim.
+//! The shim hooks the allocator's own entry point (`c10::reportMemoryUsageToProfiler`), so
+//! the reports count tensors: the harness's 4 kept tensors of 3 MiB are live at exit at its
+//! KEEP line, not at the allocator's `alloc_block`, and every number equals what the
+//! allocator itself says (`getDeviceStats`, printed by the harness).
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+
+use gpumemprof_tests::profiled::{report, scratch};
+use gpumemprof_tests::torch::harness;
+use gpumemprof_tests::{shim_path, source_line_of, SIM_ENV};
+use serde_json::{json, Value};
+
+const MIB: u64 = 1 << 20;
+const SOURCE: &str = "tests/torch/caching_allocator.cpp";
+
+fn run(trace: Option<&std::path::Path>) -> Output {
+    let h = harness();
+    let mut cmd = Command::new(&h.exe);
+    for var in SIM_ENV {
+        cmd.env_remove(var);
+    }
+    cmd.env("LD_LIBRARY_PATH", &h.lib_dir)
+        .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string());
+    if let Some(t) = trace {
+        cmd.env("LD_PRELOAD", shim_path())
+            .env("GPUMEMPROF_OUTPUT", t)
+            .env("GPUMEMPROF_NVML_MS", "0");
+    }
+    let out = cmd.output().expect("run the harness");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The harness's `key=value` lines.
+fn facts(out: &Output) -> BTreeMap<String, String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn n(facts: &BTreeMap<String, String>, key: &str) -> u64 {
+    facts[key]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key}={}", facts[key]))
+}
+
+#[test]
+fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
+    let plain = run(None);
+    let dir = scratch("torch_real");
+    let trace = dir.join("harness.trace");
+    let traced = run(Some(&trace));
+    // The program behaves as without us: the same output, line for line.
+    assert_eq!(
+        String::from_utf8_lossy(&traced.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let f = facts(&plain);
+    // The allocator's own numbers, as the harness documents them.
+    assert_eq!(n(&f, "allocated"), 12 * MIB);
+    assert_eq!(n(&f, "allocated_peak"), 13 * MIB);
+    assert_eq!(n(&f, "reserved_peak"), 22 * MIB);
+    assert_eq!((n(&f, "allocations"), n(&f, "frees")), (54, 50));
+    assert!(
+        f["oom"].starts_with("CUDA out of memory. Tried to allocate 64.00 GiB."),
+        "{}",
+        f["oom"]
+    );
+
+    // summary: the allocator's figures, equal to getDeviceStats, and the tensor row.
+    let s = report("summary", &trace, &[]);
+    assert_eq!(
+        s["allocators"],
+        json!([{
+            "device": 0, "framework": "pytorch",
+            "tensor_allocations": n(&f, "allocations"), "tensor_frees": n(&f, "frees"),
+            "allocated_bytes": n(&f, "allocated"), "allocated_peak_bytes": n(&f, "allocated_peak"),
+            "reserved_bytes": n(&f, "reserved_peak"), "reserved_peak_bytes": n(&f, "reserved_peak"),
+            "cached_bytes": n(&f, "reserved_peak") - n(&f, "allocated"),
+        }])
+    );
+    let tensor_row = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "tensor")
+        .expect("a tensor row");
+    assert_eq!(
+        (
+            &tensor_row["allocations"],
+            &tensor_row["peak_bytes"],
+            &tensor_row["live_bytes_at_end"],
+            &tensor_row["live_allocations_at_end"]
+        ),
+        (&json!(54), &json!(13 * MIB), &json!(12 * MIB), &json!(4))
+    );
+    // The segments are the device rows: a 20 MiB and a 2 MiB segment at the peak, the
+    // 2 MiB one released by the out-of-memory retry.
+    assert_eq!(s["totals"]["peak_bytes"], json!(n(&f, "reserved_peak")));
+    assert_eq!(
+        s["totals"]["live_bytes_at_end"],
+        json!(n(&f, "after_oom_reserved"))
+    );
+
+    // leaks: tensors by default, at the harness's KEEP line.
+    let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
+    let l = report("leaks", &trace, &[]);
+    assert_eq!(l["level"], "tensors");
+    assert_eq!(
+        (&l["total_bytes"], &l["total_count"]),
+        (&json!(12 * MIB), &json!(4))
+    );
+    let g = &l["groups"][0];
+    assert_eq!(
+        (&g["kind"], &g["bytes"], &g["count"]),
+        (&json!("tensor"), &json!(12 * MIB), &json!(4))
+    );
+    assert_eq!(g["site"]["function"], "keep_activations");
+    assert_eq!(g["site"]["line"], json!(keep));
+    assert!(g["site"]["file"].as_str().unwrap().ends_with(SOURCE));
+    // The whole stack is kept, the allocator's frames first.
+    assert!(g["frames"][0]["module"]
+        .as_str()
+        .unwrap()
+        .ends_with("libc10_cuda.so"));
+
+    // --level segments: today's view, the 20 MiB segment, made for the same line.
+    let seg = report("leaks", &trace, &["--level", "segments"]);
+    assert_eq!(seg["level"], "segments");
+    assert_eq!(
+        (&seg["total_bytes"], &seg["total_count"]),
+        (&json!(20 * MIB), &json!(1))
+    );
+    assert_eq!(seg["groups"][0]["site"]["line"], json!(keep));
+
+    let seg = report("peak", &trace, &["--level", "segments"]);
+    assert_eq!(
+        (
+            &seg["level"],
+            &seg["peaks"][0]["kind"],
+            &seg["peaks"][0]["peak_bytes"]
+        ),
+        (&json!("segments"), &json!("device"), &json!(22 * MIB))
+    );
+    // With several traces --level is a usage error (the per-rank report counts segments).
+    let both = gpumemprof_tests::profiled::analyzer()
+        .args(["leaks", "--level", "segments"])
+        .args([&trace, &trace])
+        .output()
+        .expect("run gpumemprof");
+    assert_eq!(both.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&both.stderr)
+        .contains("--level reads one trace file: give one TRACE"));
+
+    // peak: the tensor peak (13 MiB: the kept 12 and one scratch tensor), by site.
+    let scratch_line = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-SCRATCH"));
+    let p = report("peak", &trace, &[]);
+    assert_eq!(p["level"], "tensors");
+    let peak = &p["peaks"][0];
+    assert_eq!(
+        (&peak["kind"], &peak["peak_bytes"]),
+        (&json!("tensor"), &json!(13 * MIB))
+    );
+    let sites: Vec<(Value, Value, Value)> = peak["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["site"]["line"].clone(),
+                s["bytes"].clone(),
+                s["count"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sites,
+        vec![
+            (json!(keep), json!(12 * MIB), json!(4)),
+            (json!(scratch_line), json!(MIB), json!(1)),
+        ]
+    );
+}

@@ -1,0 +1,220 @@
+//! PyTorch's real caching allocator on the simulated GPU, for the tests that need code we
+//! did not write: `libc10.so` and `libc10_cuda.so` from the pinned torch wheel, NVIDIA's
+//! CUDA 13 headers from their wheels, a stand-in `libcudart.so.13` built from `tests/sim`
+//! (`cudart_sim.c` and `cudart13.c`, version node `libcudart.so.13`) and the harness
+//! `tests/torch/caching_allocator.cpp`, compiled against all of them.
+//!
+//! Everything is downloaded once, into `target/torch/` (pip, about 540 MB, of which the two
+//! libraries and the headers are kept), and built once per test process. A machine that
+//! cannot download them fails the test with pip's message: it never passes without running.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::{repo_root, sim_dir, target_dir};
+
+/// The pinned wheels (the torch version whose allocator entry points the shim hooks).
+pub const WHEELS: &[&str] = &[
+    "torch==2.15.0",
+    "nvidia-cuda-runtime==13.5.37",
+    "nvidia-cuda-crt==13.5.37",
+];
+
+/// What the tests run.
+pub struct Harness {
+    /// The harness program.
+    pub exe: PathBuf,
+    /// Put this on `LD_LIBRARY_PATH`: the stand-in `libcudart.so.13` and the simulated
+    /// driver beside it.
+    pub lib_dir: PathBuf,
+    /// `torch/lib` of the wheel (`libc10.so`, `libc10_cuda.so`).
+    pub torch_lib: PathBuf,
+}
+
+/// The harness, downloaded and built on first use (see the module comment).
+pub fn harness() -> &'static Harness {
+    static BUILT: OnceLock<Harness> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = wheels();
+        let dir = target_dir()
+            .join("torch")
+            .join(format!("build.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the torch build folder");
+        let cu13 = root.join("nvidia/cu13/include");
+        let sim = repo_root().join("tests/sim");
+        let cc = |args: &[&std::ffi::OsStr], what: &str| {
+            let out = Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .unwrap_or_else(|e| panic!("run {:?}: {e}", args[0]));
+            assert!(
+                out.status.success(),
+                "{what} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let os = |s: &Path| s.as_os_str().to_owned();
+        let o_sim = dir.join("cudart_sim.o");
+        let o_13 = dir.join("cudart13.o");
+        cc(
+            &[
+                "cc".as_ref(),
+                "-c".as_ref(),
+                "-fPIC".as_ref(),
+                "-O1".as_ref(),
+                "-g".as_ref(),
+                "-I".as_ref(),
+                &os(&sim.join("include")),
+                &os(&sim.join("cudart_sim.c")),
+                "-o".as_ref(),
+                &os(&o_sim),
+            ],
+            "compiling cudart_sim.c",
+        );
+        cc(
+            &[
+                "cc".as_ref(),
+                "-c".as_ref(),
+                "-fPIC".as_ref(),
+                "-O1".as_ref(),
+                "-g".as_ref(),
+                "-I".as_ref(),
+                &os(&cu13),
+                &os(&sim.join("cudart13.c")),
+                "-o".as_ref(),
+                &os(&o_13),
+            ],
+            "compiling cudart13.c against the CUDA 13 headers",
+        );
+        let map = format!(
+            "-Wl,--version-script={}",
+            sim.join("libcudart13.map").display()
+        );
+        cc(
+            &[
+                "cc".as_ref(),
+                "-shared".as_ref(),
+                "-o".as_ref(),
+                &os(&dir.join("libcudart.so.13")),
+                "-Wl,-soname,libcudart.so.13".as_ref(),
+                map.as_ref(),
+                "-Wl,-rpath,$ORIGIN".as_ref(),
+                &os(&o_sim),
+                &os(&o_13),
+                "-ldl".as_ref(),
+            ],
+            "linking libcudart.so.13",
+        );
+        // The simulated driver the runtime dlopens, beside it.
+        std::fs::copy(sim_dir().join("libcuda.so.1"), dir.join("libcuda.so.1"))
+            .expect("copy the simulated libcuda.so.1");
+        let torch_lib = root.join("torch/lib");
+        let exe = dir.join("caching_allocator");
+        let rpath = format!("-Wl,-rpath,{}", torch_lib.display());
+        let rpath_link = format!("-Wl,-rpath-link,{}", dir.display());
+        let lib = format!("-L{}", torch_lib.display());
+        cc(
+            &[
+                "g++".as_ref(),
+                "-std=c++20".as_ref(),
+                "-g".as_ref(),
+                "-O1".as_ref(),
+                "-fno-omit-frame-pointer".as_ref(),
+                "-I".as_ref(),
+                &os(&root.join("torch/include")),
+                "-I".as_ref(),
+                &os(&cu13),
+                "-o".as_ref(),
+                &os(&exe),
+                &os(&repo_root().join("tests/torch/caching_allocator.cpp")),
+                lib.as_ref(),
+                "-lc10_cuda".as_ref(),
+                "-lc10".as_ref(),
+                rpath.as_ref(),
+                rpath_link.as_ref(),
+            ],
+            "building tests/torch/caching_allocator.cpp against libc10_cuda.so",
+        );
+        Harness {
+            exe,
+            lib_dir: dir,
+            torch_lib,
+        }
+    })
+}
+
+/// The extracted wheels (`torch/lib`, `torch/include`, `nvidia/cu13/include`), downloaded
+/// on first use; concurrent test processes wait on a lock file.
+fn wheels() -> PathBuf {
+    let root = target_dir().join("torch");
+    std::fs::create_dir_all(&root).expect("create target/torch");
+    let lock = std::fs::File::create(root.join(".lock")).expect("create the torch lock file");
+    lock.lock().expect("lock target/torch");
+    let out = root.join("extracted");
+    let marker = root.join(".extracted");
+    let want = WHEELS.join("\n");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
+        return out;
+    }
+    let download = root.join("wheels");
+    let _ = std::fs::remove_dir_all(&out);
+    let got = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .args(["--only-binary=:all:", "--python-version", "3.11"])
+        .args(["--platform", "manylinux_2_28_x86_64"])
+        .args(["--platform", "manylinux_2_17_x86_64", "-d"])
+        .arg(&download)
+        .args(WHEELS)
+        .output()
+        .expect("run python3 -m pip download");
+    assert!(
+        got.status.success(),
+        "pip could not download {WHEELS:?} into {}:\n{}{}",
+        download.display(),
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&got.stderr)
+    );
+    // Only the two libraries and the headers: never the real libcudart of the runtime
+    // wheel, which libc10_cuda.so's run path would otherwise find before ours.
+    let keep = "import sys, zipfile, pathlib\n\
+                out = sys.argv[1]\n\
+                for w in sys.argv[2:]:\n\
+                \x20   z = zipfile.ZipFile(w)\n\
+                \x20   for n in z.namelist():\n\
+                \x20       if n in ('torch/lib/libc10.so', 'torch/lib/libc10_cuda.so') or \\\n\
+                \x20          n.startswith('torch/include/') or n.startswith('nvidia/cu13/include/'):\n\
+                \x20           z.extract(n, out)\n";
+    let wheels: Vec<PathBuf> = std::fs::read_dir(&download)
+        .expect("list the downloaded wheels")
+        .map(|e| e.expect("a wheel").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    let extracted = Command::new("python3")
+        .arg("-c")
+        .arg(keep)
+        .arg(&out)
+        .args(&wheels)
+        .output()
+        .expect("run python3 to extract the wheels");
+    assert!(
+        extracted.status.success(),
+        "extracting {wheels:?}: {}",
+        String::from_utf8_lossy(&extracted.stderr)
+    );
+    assert!(
+        out.join("torch/lib/libc10_cuda.so").is_file(),
+        "no torch/lib/libc10_cuda.so in {wheels:?}"
+    );
+    let _ = std::fs::remove_dir_all(&download);
+    std::fs::write(&marker, want).expect("write the torch marker");
+    out
+}

@@ -1,0 +1,85 @@
+/*
+ * caching_allocator.cpp: PyTorch's own CUDA caching allocator (libc10_cuda.so of the pinned
+ * torch wheel), driven as PyTorch drives it, on the simulated runtime (libcudart.so.13 from
+ * tests/sim). Built and run at test time by tests/torch_real.rs; never part of the build.
+ *
+ * In order, on device 0 (MiB = 1048576 bytes), every tensor a DataPtr from the allocator's
+ * allocate(), as a Tensor's storage holds it:
+ *   init(1);
+ *   keep_activations(): 4 tensors of 3 MiB, kept to the end (the KEEP line): one 20 MiB
+ *     segment, the 4 blocks inside it;
+ *   scratch(): 50 tensors of 1 MiB, each dropped at once (the SCRATCH line): a 2 MiB
+ *     segment, its block reused 50 times;
+ *   the allocator's stats, printed as key=value: allocated, allocated_peak, reserved,
+ *     reserved_peak, allocations (allocation.all.allocated), frees (allocation.all.freed);
+ *   a 64 GiB request (the OOM line), which runs PyTorch's release-and-retry path and
+ *     throws c10::OutOfMemoryError: its message is printed as oom=<first line>;
+ *   the stats again, as after_oom_*: the OOM's retry released the empty 2 MiB segment;
+ *   exit without dropping the 4 kept tensors (the KEEP tensors are live at exit).
+ * Exits 0 and prints done.
+ */
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using c10::cuda::CUDACachingAllocator::get;
+
+static constexpr size_t MiB = 1 << 20;
+
+/* A cache kept to the end, never destroyed: its tensors are live at exit. */
+static std::vector<c10::DataPtr> *kept = new std::vector<c10::DataPtr>();
+
+static __attribute__((noinline)) void keep_activations()
+{
+    for (int i = 0; i < 4; i++) {
+        kept->push_back(get()->allocate(3 * MiB)); /* GPUMEMPROF-TORCH-KEEP */
+    }
+}
+
+static __attribute__((noinline)) void scratch()
+{
+    for (int i = 0; i < 50; i++) {
+        c10::DataPtr t = get()->allocate(1 * MiB); /* GPUMEMPROF-TORCH-SCRATCH */
+        (void)t;
+    }
+}
+
+static void stats(const char *prefix)
+{
+    auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    const size_t all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    std::printf("%sallocated=%lld\n", prefix, (long long)s.allocated_bytes[all].current);
+    std::printf("%sallocated_peak=%lld\n", prefix, (long long)s.allocated_bytes[all].peak);
+    std::printf("%sreserved=%lld\n", prefix, (long long)s.reserved_bytes[all].current);
+    std::printf("%sreserved_peak=%lld\n", prefix, (long long)s.reserved_bytes[all].peak);
+    std::printf("%sallocations=%lld\n", prefix, (long long)s.allocation[all].allocated);
+    std::printf("%sfrees=%lld\n", prefix, (long long)s.allocation[all].freed);
+}
+
+static __attribute__((noinline)) void too_big()
+{
+    try {
+        c10::DataPtr t = get()->allocate(64ull << 30); /* GPUMEMPROF-TORCH-OOM */
+        std::printf("oom=none\n");
+    } catch (const c10::OutOfMemoryError &e) {
+        std::string what = e.what();
+        std::printf("oom=%s\n", what.substr(0, what.find('\n')).c_str());
+    }
+}
+
+int main()
+{
+    c10::cuda::CUDACachingAllocator::init(1);
+    keep_activations();
+    scratch();
+    stats("");
+    too_big();
+    stats("after_oom_");
+    std::printf("done\n");
+    std::fflush(stdout);
+    return 0;
+}
