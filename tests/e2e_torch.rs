@@ -6,6 +6,9 @@
 //! KEEP line, not at the allocator's `alloc_block`, and every number equals what the
 //! allocator itself says (`getDeviceStats`, printed by the harness).
 
+#[path = "../analyzer/tests/checks/schema.rs"]
+mod schema;
+
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
@@ -80,6 +83,7 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
 
     // summary: the allocator's figures, equal to getDeviceStats, and the tensor row.
     let s = report("summary", &trace, &[]);
+    schema::assert_valid("summary", &s);
     assert_eq!(
         s["allocators"],
         json!([{
@@ -116,6 +120,7 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
     // leaks: tensors by default, at the harness's KEEP line.
     let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
     let l = report("leaks", &trace, &[]);
+    schema::assert_valid("leaks", &l);
     assert_eq!(l["level"], "tensors");
     assert_eq!(
         (&l["total_bytes"], &l["total_count"]),
@@ -163,9 +168,41 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
     assert!(String::from_utf8_lossy(&both.stderr)
         .contains("--level reads one trace file: give one TRACE"));
 
+    // oom: the failure PyTorch raised, after its release-and-retry (the second of the two
+    // failed cudaMalloc calls), in PyTorch's words and numbers.
+    let o = report("oom", &trace, &[]);
+    schema::assert_valid("oom", &o);
+    assert_eq!(o["failure"]["index"], 1);
+    let t = &o["pytorch"];
+    assert_eq!(
+        (
+            &t["tried_to_allocate_bytes"],
+            &t["allocated_bytes"],
+            &t["tensors"]
+        ),
+        (
+            &json!(64u64 << 30),
+            &json!(n(&f, "after_oom_allocated")),
+            &json!(4)
+        )
+    );
+    assert_eq!(t["reserved_bytes"], json!(n(&f, "after_oom_reserved")));
+    let message = format!("CUDA out of memory. {}", t["message"].as_str().unwrap());
+    assert!(
+        f["oom"].starts_with(&message),
+        "PyTorch said:\n{}\nwe say:\n{message}",
+        f["oom"]
+    );
+    assert_eq!(t["sites"][0]["site"]["line"], json!(keep));
+    assert!(o["verdict"]
+        .as_str()
+        .unwrap()
+        .contains("PyTorch: 12.0 MiB allocated in 4 tensors, 20.0 MiB reserved (8.0 MiB cached but unallocated), 12.0 MiB of it from keep_activations"));
+
     // peak: the tensor peak (13 MiB: the kept 12 and one scratch tensor), by site.
     let scratch_line = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-SCRATCH"));
     let p = report("peak", &trace, &[]);
+    schema::assert_valid("peak", &p);
     assert_eq!(p["level"], "tensors");
     let peak = &p["peaks"][0];
     assert_eq!(

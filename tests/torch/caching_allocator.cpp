@@ -17,11 +17,17 @@
  *   the stats again, as after_oom_*: the OOM's retry released the empty 2 MiB segment;
  *   exit without dropping the 4 kept tensors (the KEEP tensors are live at exit).
  * Exits 0 and prints done.
+ *
+ * With the arguments `bench PAIRS DEPTH` it times the allocator's hot path instead: PAIRS
+ * allocate+free pairs of a 4 KiB tensor, DEPTH calls deep, after a warm-up; prints
+ * ns_per_pair=<wall ns per pair> (tests/bench/torch.sh, BENCHMARKS.md).
  */
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -71,9 +77,43 @@ static __attribute__((noinline)) void too_big()
     }
 }
 
-int main()
+static __attribute__((noinline)) void pairs(long n)
+{
+    for (long i = 0; i < n; i++) {
+        c10::DataPtr t = get()->allocate(4096);
+        (void)t;
+    }
+}
+
+/* `depth` frames of recursion, then the loop: stacks as deep as a framework's. */
+static __attribute__((noinline)) long nested(int depth, long n)
+{
+    if (depth > 0) {
+        long r = nested(depth - 1, n);
+        __asm__ volatile("" ::: "memory"); /* not a tail call */
+        return r;
+    }
+    pairs(n);
+    return n;
+}
+
+static int bench(long n, int depth)
+{
+    nested(depth, n / 10 + 1); /* warm-up: the segment, the unwind caches */
+    auto t0 = std::chrono::steady_clock::now();
+    nested(depth, n);
+    auto t1 = std::chrono::steady_clock::now();
+    double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    std::printf("ns_per_pair=%.1f\n", ns / (double)n);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     c10::cuda::CUDACachingAllocator::init(1);
+    if (argc == 4 && std::strcmp(argv[1], "bench") == 0) {
+        return bench(std::atol(argv[2]), std::atoi(argv[3]));
+    }
     keep_activations();
     scratch();
     stats("");

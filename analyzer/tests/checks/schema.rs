@@ -1,6 +1,6 @@
 //! A checker for the part of JSON Schema (draft 2020-12) that docs/schemas uses: `type`,
 //! `required`, `properties`, `additionalProperties`, `items`, `$ref` to `#/$defs/...`,
-//! `const`, `enum`, `minimum`, `minLength`, `maxLength`. Any other keyword fails the check,
+//! `const`, `enum`, `minimum`, `minLength`, `maxLength`, `anyOf`. Any other keyword fails the check,
 //! so a schema can never ask for more than is checked. Shared by the analyzer's tests and
 //! the end-to-end tests (`#[path]`).
 

@@ -10,6 +10,7 @@
 mod model;
 pub mod scan;
 mod text;
+pub mod torch;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -143,6 +144,7 @@ pub fn build(
         live: None,
         growth: None,
         nvml: None,
+        pytorch: None,
         cause: None,
         hint: None,
         verdict: String::new(),
@@ -199,6 +201,7 @@ pub fn build(
     let live_report = live_at_failure(call, &live, sym, opts);
     report.growth = Some(growth(call.time_ns, &live_report, &live, moment, sym, opts));
     report.nvml = nvml_at_failure(call, moment);
+    report.pytorch = torch::at_failure(call, moment, sym, opts.top, opts.frames);
     let (cause, hint) = cause_and_hint(call, &live_report, report.nvml.as_ref());
     report.cause = Some(cause);
     report.hint = Some(hint);
@@ -495,14 +498,32 @@ fn verdict(r: &OomReport) -> String {
             units::device(f.device)
         )
     };
-    let held = match live.sites.first() {
-        None => "nothing live".to_string(),
-        Some(top) => format!(
-            "{} live, {} of it from {}",
-            b(live.bytes),
-            b(top.bytes),
-            site_words(top.stack_id, &top.frames)
-        ),
+    let held = match (&r.pytorch, live.sites.first()) {
+        (Some(t), _) => {
+            let from = t.sites.first().map_or_else(String::new, |s| {
+                let site = s
+                    .site
+                    .as_ref()
+                    .map_or_else(|| site_words(s.stack_id, &s.frames), short_frame);
+                format!(", {} of it from {site}", b(s.bytes))
+            });
+            format!(
+                "PyTorch: {} allocated in {}, {} reserved ({} cached but unallocated){from}",
+                b(t.allocated_bytes),
+                units::plural(t.tensors, "tensor", "tensors"),
+                b(t.reserved_bytes),
+                b(t.cached_bytes)
+            )
+        }
+        (None, top) => match top {
+            None => "nothing live".to_string(),
+            Some(top) => format!(
+                "{} live, {} of it from {}",
+                b(live.bytes),
+                b(top.bytes),
+                site_words(top.stack_id, &top.frames)
+            ),
+        },
     };
     let outcome = match &f.retry {
         None => "final".to_string(),

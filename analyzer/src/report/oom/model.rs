@@ -18,6 +18,9 @@ pub struct OomReport {
     /// The latest NVML sample of the failing device at or before the failure; `null`
     /// without one (or for pinned host memory).
     pub nvml: Option<NvmlAtFailure>,
+    /// The failure in PyTorch's terms, when the trace has its caching allocator's tensors
+    /// on the failing device; `null` otherwise.
+    pub pytorch: Option<TorchAtFailure>,
     /// `exceeds_total`, `fragmentation`, `live_data`, `untracked`, `host_memory` or
     /// `unknown` (docs/REPORTS.md says how each is decided).
     pub cause: Option<&'static str>,
@@ -163,4 +166,36 @@ pub struct NvmlAtFailure {
     pub untracked_bytes: u64,
     /// `device_used_bytes - process_used_bytes`: other processes on the device.
     pub other_processes_bytes: u64,
+}
+
+/// `pytorch` (see `torch.rs`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TorchAtFailure {
+    pub device: i32,
+    /// The failed request (the segment the allocator asked CUDA for).
+    pub tried_to_allocate_bytes: u64,
+    /// Tensors live on the device at the failure, and their bytes (PyTorch's allocated).
+    pub allocated_bytes: u64,
+    pub tensors: u64,
+    /// Device memory live on the device at the failure (PyTorch's reserved: its segments,
+    /// and any other allocation of the process there).
+    pub reserved_bytes: u64,
+    /// `reserved_bytes - allocated_bytes`: reserved but unallocated.
+    pub cached_bytes: u64,
+    pub device_total_bytes: Option<u64>,
+    pub device_free_bytes: Option<u64>,
+    /// The sentence of PyTorch's `OutOfMemoryError`, with these numbers.
+    pub message: String,
+    /// The tensors live at the failure by call stack, largest first, at most `--top`.
+    pub sites: Vec<TensorSite>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorSite {
+    pub stack_id: u64,
+    pub bytes: u64,
+    pub count: u64,
+    /// The first frame outside the framework and the interpreter (null if none).
+    pub site: Option<Frame>,
+    pub frames: Vec<Frame>,
 }

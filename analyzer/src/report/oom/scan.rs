@@ -74,11 +74,26 @@ impl Scan {
                 self.failures.len() - 1
             )),
             None => Ok(self
-                .failures
-                .iter()
-                .position(Failure::is_final)
+                .first_final_retried()
                 .or(self.failures.len().checked_sub(1))),
         }
+    }
+
+    /// The first final failure, or, when the same thread asked again for the same size
+    /// and failed again (an allocator's release-and-retry, as PyTorch's before it raises
+    /// `OutOfMemoryError`), the last of those attempts: the one the error describes.
+    fn first_final_retried(&self) -> Option<usize> {
+        let mut i = self.failures.iter().position(Failure::is_final)?;
+        let same = |a: &AllocFailed, b: &AllocFailed| {
+            (a.tid, a.device, a.size, a.kind) == (b.tid, b.device, b.size, b.kind)
+        };
+        while let Some(next) = self.failures.get(i + 1) {
+            if !(next.is_final() && same(&self.failures[i].call, &next.call)) {
+                break;
+            }
+            i += 1;
+        }
+        Some(i)
     }
 
     pub fn transient(&self) -> u64 {

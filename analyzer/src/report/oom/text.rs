@@ -46,6 +46,20 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
     };
     r.trace.write_text(out)?;
     writeln!(out, "{}", r.verdict)?;
+    if let Some(t) = &r.pytorch {
+        writeln!(out, "PyTorch would say: CUDA out of memory. {}", t.message)?;
+        for (n, s) in t.sites.iter().enumerate() {
+            writeln!(
+                out,
+                "  tensors #{} {} in {}{} (stack {})",
+                n + 1,
+                units::bytes_exact(s.bytes),
+                units::plural(s.count, "tensor", "tensors"),
+                crate::report::level::from_site(s.site.as_ref(), &[]),
+                s.stack_id
+            )?;
+        }
+    }
     writeln!(out)?;
 
     let c = &r.failure_counts;
