@@ -199,6 +199,22 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
         .unwrap()
         .contains("PyTorch: 12.0 MiB allocated in 4 tensors, 20.0 MiB reserved (8.0 MiB cached but unallocated), 12.0 MiB of it from keep_activations"));
 
+    // analyze: what the allocator kept cached beyond its tensors' needs.
+    let a = report("analyze", &trace, &[]);
+    schema::assert_valid("analyze", &a);
+    let cached: Vec<&Value> = a["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["heuristic"] == "fragmentation_cached_unallocated")
+        .collect();
+    assert_eq!(cached.len(), 1);
+    assert_eq!(
+        cached[0]["evidence"],
+        json!({"reserved_peak_bytes": 22 * MIB, "allocated_peak_bytes": 13 * MIB,
+               "cached_bytes": 9 * MIB})
+    );
+
     // peak: the tensor peak (13 MiB: the kept 12 and one scratch tensor), by site.
     let scratch_line = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-SCRATCH"));
     let p = report("peak", &trace, &[]);

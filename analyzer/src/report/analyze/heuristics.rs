@@ -275,6 +275,40 @@ impl Analysis {
             }
         }
 
+        for a in &r.allocators {
+            // At the moment reserved memory peaked, the tensors held at most their own peak:
+            // the rest of the reserved peak was cached in segments, in no tensor.
+            let cached = a.peak_reserved.saturating_sub(a.peak_allocated);
+            if cached >= CACHED_MIN_BYTES
+                && u128::from(cached) * 100
+                    >= u128::from(CACHED_MIN_PERCENT) * u128::from(a.peak_reserved)
+            {
+                out.push(finding(
+                    "fragmentation_cached_unallocated",
+                    "info",
+                    Some((a.device, MemKind::Tensor)),
+                    cached,
+                    0,
+                    None,
+                    format!(
+                        "device {}: PyTorch reserved up to {} but its tensors needed at most \
+                         {}: at least {} ({}%) was cached but unallocated when reserved \
+                         memory peaked",
+                        units::device(a.device),
+                        units::bytes_exact(a.peak_reserved),
+                        units::bytes_exact(a.peak_allocated),
+                        units::bytes_exact(cached),
+                        u128::from(cached) * 100 / u128::from(a.peak_reserved.max(1))
+                    ),
+                    &[
+                        ("reserved_peak_bytes", a.peak_reserved),
+                        ("allocated_peak_bytes", a.peak_allocated),
+                        ("cached_bytes", cached),
+                    ],
+                ));
+            }
+        }
+
         for (&(device, kind), f) in &self.free_but_failed {
             out.push(finding(
                 "fragmentation_failed_with_free_memory",

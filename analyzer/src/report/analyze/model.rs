@@ -30,17 +30,22 @@ pub const SHUTDOWN_MIN_LOWS: u64 = 2;
 /// `CHURN_MIN_SIZES` distinct sizes.
 pub const CHURN_MIN_ALLOCATIONS: u64 = 1000;
 pub const CHURN_MIN_SIZES: u64 = 64;
+/// Cached but unallocated: a framework allocator's reserved peak exceeds its allocated peak
+/// by at least this much, and by at least this share of the reserved peak.
+pub const CACHED_MIN_BYTES: u64 = 1 << 20;
+pub const CACHED_MIN_PERCENT: u64 = 25;
 /// Distinct sizes are counted up to this many per row (memory stays bounded).
 pub(super) const MAX_SIZES_COUNTED: usize = 4096;
 
 /// Heuristic ids, in the order findings of equal severity are listed.
-pub const HEURISTICS: [&str; 7] = [
+pub const HEURISTICS: [&str; 8] = [
     "monotonic_growth",
     "site_still_growing",
     "insufficient_cleanup",
     "spike",
     "fragmentation_failed_with_free_memory",
     "fragmentation_varied_sizes",
+    "fragmentation_cached_unallocated",
     "freed_only_at_shutdown",
 ];
 
@@ -124,6 +129,12 @@ pub fn recommendation(heuristic: &str) -> &'static str {
         "fragmentation_varied_sizes" => {
             "Many allocations of many different sizes fragment free memory: round sizes up to a \
              few size classes, or allocate from a pool."
+        }
+        "fragmentation_cached_unallocated" => {
+            "PyTorch's caching allocator kept segments its tensors did not fill: memory other \
+             allocations (and other processes) could not use. Try \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or a max_split_size_mb, and \
+             torch.cuda.empty_cache() between phases of different shapes."
         }
         "freed_only_at_shutdown" => {
             "Memory allocated before the first cycle is held until the end: expected for model \
