@@ -18,7 +18,7 @@ const MIB: u64 = 1 << 20;
 
 /// The recipes, as docs/REPORTS.md gives them, with `DIR` for the export's directory.
 const MEMORY: &str = "SELECT * FROM 'DIR/allocations.parquet'
-    WHERE NOT failed AND kind NOT IN ('address_reservation', 'vmm_handle')";
+    WHERE NOT failed AND kind NOT IN ('address_reservation', 'vmm_handle', 'tensor')";
 
 fn totals_sql() -> String {
     format!(

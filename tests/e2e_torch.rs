@@ -134,11 +134,24 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
     assert_eq!(g["site"]["function"], "keep_activations");
     assert_eq!(g["site"]["line"], json!(keep));
     assert!(g["site"]["file"].as_str().unwrap().ends_with(SOURCE));
-    // The whole stack is kept, the allocator's frames first.
+    // The whole stack is kept, the allocator's frames first, C++ names without their
+    // parameter lists unless --full-names.
     assert!(g["frames"][0]["module"]
         .as_str()
         .unwrap()
         .ends_with("libc10_cuda.so"));
+    assert_eq!(
+        g["frames"][0]["function"],
+        "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_found_block"
+    );
+    let full = report("leaks", &trace, &["--full-names"]);
+    assert!(full["groups"][0]["frames"][0]["function"]
+        .as_str()
+        .unwrap()
+        .starts_with(
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_found_block(\
+             c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::AllocParams const&"
+        ));
 
     // --level segments: today's view, the 20 MiB segment, made for the same line.
     let seg = report("leaks", &trace, &["--level", "segments"]);
@@ -243,5 +256,82 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
             (json!(keep), json!(12 * MIB), json!(4)),
             (json!(scratch_line), json!(MIB), json!(1)),
         ]
+    );
+}
+
+/// The flamegraph's stacks (`export --format folded`) at the peak: the tensors once the trace
+/// has them, the segments with `--level segments`.
+#[test]
+fn folded_stacks_count_tensors_or_segments() {
+    let dir = scratch("torch_folded");
+    let trace = dir.join("harness.trace");
+    run(Some(&trace));
+    let folded = |extra: &[&str]| -> Vec<(String, u64)> {
+        let out = gpumemprof_tests::profiled::analyzer()
+            .args(["export", "--format", "folded"])
+            .arg(&trace)
+            .args(["-o", "-"])
+            .args(extra)
+            .output()
+            .expect("run gpumemprof export");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let (stack, bytes) = l.rsplit_once(' ').expect("stack bytes");
+                let root = stack.split(';').next().unwrap().to_owned();
+                let user = stack
+                    .split(';')
+                    .find(|f| f.starts_with("keep_activations") || f.starts_with("scratch"))
+                    .map_or(String::new(), |f| f.split(' ').next().unwrap().to_owned());
+                (format!("{root} {user}"), bytes.parse().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(
+        folded(&[]),
+        vec![
+            ("[GPU 0 tensor] keep_activations".to_owned(), 12 * MIB),
+            ("[GPU 0 tensor] scratch".to_owned(), MIB),
+        ]
+    );
+    assert_eq!(
+        folded(&["--level", "segments"]),
+        vec![
+            ("[GPU 0 device] keep_activations".to_owned(), 20 * MIB),
+            ("[GPU 0 device] scratch".to_owned(), 2 * MIB),
+        ]
+    );
+}
+
+/// The Parquet export has the tensors as rows of their own kind, read by DuckDB: one per
+/// tensor the allocator handed out, 4 never freed, at the harness's lines.
+#[test]
+fn parquet_rows_of_kind_tensor() {
+    let dir = scratch("torch_parquet");
+    let trace = dir.join("harness.trace");
+    run(Some(&trace));
+    let tables = dir.join("tables");
+    let out = gpumemprof_tests::profiled::analyzer()
+        .args(["export", "--format", "parquet"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&tables)
+        .output()
+        .expect("run gpumemprof export");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rows = gpumemprof_tests::duck::query(&format!(
+        "SELECT api, count(*), count(*) FILTER (WHERE free_ns IS NULL), sum(bytes)
+         FROM '{}' WHERE kind = 'tensor' GROUP BY api",
+        tables.join("allocations.parquet").display()
+    ));
+    assert_eq!(
+        rows,
+        vec![vec![
+            json!("c10::reportMemoryUsageToProfiler"),
+            json!(54),
+            json!(4),
+            json!(62 * MIB)
+        ]]
     );
 }

@@ -248,3 +248,69 @@ fn ptmem_reads_expandable_segments_as_their_mappings() {
         .sum();
     assert_eq!(mapped, t["live_bytes_at_end"].as_u64().unwrap());
 }
+
+/// PyTorch's real caching allocator (`tests/torch/caching_allocator.cpp`, see
+/// `support::torch`): the snapshot holds its tensors as blocks inside the segments, as
+/// PyTorch's own snapshot does, so ptmem's numbers are the allocator's (allocated peak
+/// 13 MiB, 12 MiB in 4 tensors at the end, 54 tensors) and the 20 MiB segment live at the
+/// end lists its 4 tensors of 3 MiB and 8 MiB inactive.
+#[test]
+fn pytorchs_tensors_are_blocks_inside_their_segments() {
+    const MIB: u64 = 1 << 20;
+    let h = gpumemprof_tests::torch::harness();
+    let dir = scratch("torch_snapshot_tensors");
+    let trace = dir.join("harness.trace");
+    let mut cmd = Command::new(&h.exe);
+    for var in gpumemprof_tests::SIM_ENV {
+        cmd.env_remove(var);
+    }
+    let out = cmd
+        .env("LD_LIBRARY_PATH", &h.lib_dir)
+        .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string())
+        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0")
+        .output()
+        .expect("run the harness");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let snapshot = dir.join("snap.pickle");
+    let exported = analyzer()
+        .args(["export", "--format", "torch-snapshot"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&snapshot)
+        .output()
+        .expect("run gpumemprof export");
+    assert_eq!(exported.status.code(), Some(0), "{exported:?}");
+
+    assert_eq!(
+        ptmem_numbers(&snapshot),
+        serde_json::json!({"initial": 0, "peak": 13 * MIB, "final": 12 * MIB,
+            "events": 104, "allocations": 54, "live": 4, "allocated": 62 * MIB,
+            "devices": [0]})
+    );
+    let snap = snapshot_json(&snapshot);
+    let segments = snap["segments"].as_array().expect("segments");
+    assert_eq!(segments.len(), 1);
+    let s = &segments[0];
+    assert_eq!(
+        (&s["total_size"], &s["allocated_size"]),
+        (&serde_json::json!(20 * MIB), &serde_json::json!(12 * MIB))
+    );
+    let blocks: Vec<(u64, &str)> = s["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["size"].as_u64().unwrap(), b["state"].as_str().unwrap()))
+        .collect();
+    let active = (3 * MIB, "active_allocated");
+    assert_eq!(
+        blocks,
+        vec![active, active, active, active, (8 * MIB, "inactive")]
+    );
+    // The segments' own entries: allocated twice (20 and 2 MiB), one released by the
+    // out-of-memory retry; no alloc entry for a segment.
+    assert_eq!(entries(&snap, "segment_alloc").count(), 2);
+    assert_eq!(entries(&snap, "segment_free").count(), 1);
+    assert_eq!(entries(&snap, "alloc").count(), 54);
+}

@@ -19,6 +19,10 @@ struct Cli {
     /// No warnings and no progress bar (errors, gate and findings lines still print).
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Show C++ function names with their parameter lists (by default `ns::Class::fn`,
+    /// without `(int, float) const`).
+    #[arg(long, global = true)]
+    full_names: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -126,6 +130,7 @@ pub fn run() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
     let cli = Cli::parse();
     crate::term::set_quiet(cli.quiet);
+    crate::cxx_names::set_full(cli.full_names);
     if let Command::Run(args) = &cli.command {
         // Before Ctrl-C is caught: the launcher passes signals on to the program.
         return crate::cmd::run::main(args);

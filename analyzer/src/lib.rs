@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod cli;
 pub mod cmd;
+pub mod cxx_names;
 pub mod error;
 pub mod export;
 pub mod fasthash;

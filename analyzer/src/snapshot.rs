@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use gpumemprof_format::{MemKind, Record};
 
 use crate::observe::{record_time, Observer};
-use crate::replay::LiveChange;
+use crate::replay::{LiveChange, MemoryLevel};
 use crate::timeline::OomEvent;
 use crate::units;
 use gpumemprof_format::OUT_OF_MEMORY;
@@ -54,6 +54,8 @@ pub struct Snapshot {
     pub sites: Vec<StackBytes>,
     /// The failure shown, for `Moment::Oom`.
     pub oom: Option<OomEvent>,
+    /// What was counted: a framework allocator's tensors, or the segments.
+    pub level: MemoryLevel,
 }
 
 impl Snapshot {
@@ -64,7 +66,10 @@ impl Snapshot {
             None => String::new(),
         };
         let at = units::secs(self.time_ns);
-        let total = units::bytes(self.total_bytes);
+        let total = match self.level {
+            MemoryLevel::Tensors => format!("{} of tensors", units::bytes(self.total_bytes)),
+            MemoryLevel::Segments => units::bytes(self.total_bytes),
+        };
         match self.moment {
             Moment::Peak => format!("at the peak{on}: {total} at {at}"),
             Moment::End => format!("at the end{on}: {total} at {at}"),
@@ -98,6 +103,10 @@ pub struct SnapshotBuilder {
     ooms_seen: u64,
     oom: Option<OomEvent>,
     end_ns: u64,
+    /// The level counted now, and the one asked for (`None`: segments until the trace's
+    /// first tensor record, tensors from then on).
+    level: MemoryLevel,
+    asked: Option<MemoryLevel>,
 }
 
 impl SnapshotBuilder {
@@ -114,11 +123,39 @@ impl SnapshotBuilder {
             ooms_seen: 0,
             oom: None,
             end_ns: 0,
+            level: MemoryLevel::Segments,
+            asked: None,
         }
     }
 
+    /// Counts `level` only (`None`: tensors once the trace shows some, else segments).
+    pub fn with_level(mut self, asked: Option<MemoryLevel>) -> Self {
+        self.asked = asked;
+        self.level = asked.unwrap_or(MemoryLevel::Segments);
+        self
+    }
+
+    /// The trace's first tensor: from now on tensors are counted, from nothing (no tensor
+    /// was live before). A moment already taken at the segment level (a time or a failure
+    /// before the first tensor) stays as it was.
+    fn first_tensor(&mut self) {
+        if self.asked.is_some() || self.level == MemoryLevel::Tensors {
+            return;
+        }
+        if self.taken.is_some() && self.moment != Moment::Peak {
+            return;
+        }
+        self.level = MemoryLevel::Tensors;
+        self.live.clear();
+        self.total = 0;
+        self.peak = 0;
+        self.peak_time_ns = 0;
+        self.peak_pending = false;
+        self.taken = None;
+    }
+
     fn selected(&self, device: i32, kind: MemKind) -> bool {
-        kind.is_memory() && (self.device.is_none() || self.device == Some(device))
+        self.level.counts(kind) && (self.device.is_none() || self.device == Some(device))
     }
 
     fn take(&mut self, time_ns: u64) {
@@ -177,6 +214,7 @@ impl SnapshotBuilder {
             total_bytes,
             sites,
             oom: self.oom,
+            level: self.level,
         })
     }
 }
@@ -186,14 +224,18 @@ impl Observer for SnapshotBuilder {
         if let Some(t) = record_time(record) {
             self.end_ns = self.end_ns.max(t);
         }
+        if matches!(record, Record::Tensor(_)) {
+            self.first_tensor();
+        }
         if self.taken.is_some() && self.moment != Moment::Peak {
             return;
         }
         match (self.moment, record) {
             // The first event after the time: the state now is the state then.
-            (Moment::At(at), Record::Alloc(_) | Record::Free(_) | Record::AllocFailed(_))
-                if record_time(record).is_some_and(|t| t > at) =>
-            {
+            (
+                Moment::At(at),
+                Record::Alloc(_) | Record::Free(_) | Record::AllocFailed(_) | Record::Tensor(_),
+            ) if record_time(record).is_some_and(|t| t > at) => {
                 self.take(at);
             }
             (Moment::Oom(n), Record::AllocFailed(f))

@@ -277,6 +277,13 @@ impl<'a> Symbolizer<'a> {
             }
             None => vec![Frame::bare(address, Some(module))],
         };
+        let frames: Vec<Frame> = frames
+            .into_iter()
+            .map(|mut f| {
+                f.function = f.function.map(crate::cxx_names::shown);
+                f
+            })
+            .collect();
         self.cache.insert((address, index), frames.clone());
         frames
     }

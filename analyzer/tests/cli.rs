@@ -825,9 +825,15 @@ int main() { return model::alloc_weights(3) == nullptr; }
                 alloc(1, 0, DEV, 0x100, 64, 1),
             ]],
         );
+        // Shown without the parameter list; `--full-names` keeps it.
         let l = report("leaks", &trace, &[]);
         let f = &l["groups"][0]["frames"][0];
-        assert_eq!(f["function"], "model::alloc_weights(int)");
+        assert_eq!(f["function"], "model::alloc_weights");
+        let full = report("leaks", &trace, &["--full-names"]);
+        assert_eq!(
+            full["groups"][0]["frames"][0]["function"],
+            "model::alloc_weights(int)"
+        );
         assert_eq!(f["file"], dir.join("model.cpp").to_str().expect("utf-8"));
         assert_eq!(f["line"], 2);
     }

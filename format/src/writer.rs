@@ -368,9 +368,7 @@ impl BlockEncoder {
         self.commit(kind::NVTX_STRING);
     }
 
-    /// A framework tensor. Like NVTX, its time is a delta that leaves the block's running
-    /// event time where it is, so a reader that skips this kind decodes later events
-    /// unchanged.
+    /// A framework tensor; its time, as NVTX's, leaves the running event time unchanged.
     pub fn tensor(&mut self, t: &Tensor) {
         let dt = zigzag(t.time_ns.wrapping_sub(self.last_time) as i64);
         self.small_record(

@@ -70,7 +70,7 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<(), Error> {
     if args.format != Format::Folded && (args.moment.any() || args.inverted) {
         return Err(Error::Failed(
-            "--leaks, --oom, --at, --device and --inverted choose the stacks of --format \
+            "--leaks, --oom, --at, --device, --level and --inverted choose the stacks of --format \
              folded; leave them out for other formats"
                 .to_string(),
         ));

@@ -36,7 +36,7 @@ use clap::Args;
 
 use crate::error::Error;
 use crate::observe::Observer;
-use crate::replay::Loaded;
+use crate::replay::{Loaded, MemoryLevel};
 use crate::snapshot::{Moment, Snapshot, SnapshotBuilder};
 use crate::term;
 
@@ -145,6 +145,10 @@ pub struct MomentArgs {
     /// Only this device's memory (CUDA ordinal); default: every device, side by side.
     #[arg(long, value_name = "N")]
     pub device: Option<i32>,
+    /// Count a framework allocator's tensors (the default once the trace has them) or the
+    /// segments allocated from CUDA, HIP or the driver.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub level: Option<MemoryLevel>,
 }
 
 impl MomentArgs {
@@ -159,11 +163,15 @@ impl MomentArgs {
 
     /// Whether any flag differs from the default (the peak of every device).
     pub fn any(&self) -> bool {
-        self.leaks || self.oom.is_some() || self.at.is_some() || self.device.is_some()
+        self.leaks
+            || self.oom.is_some()
+            || self.at.is_some()
+            || self.device.is_some()
+            || self.level.is_some()
     }
 
     pub fn builder(&self) -> SnapshotBuilder {
-        SnapshotBuilder::new(self.moment(), self.device)
+        SnapshotBuilder::new(self.moment(), self.device).with_level(self.level)
     }
 }
 

@@ -26,11 +26,13 @@
 //! per-stack bookkeeping), `pass` (the `Replay` state machine), `ranges` (memory by NVTX
 //! range), and `replay()` below, which streams a trace through it.
 
+mod level;
 mod model;
 mod pass;
 pub mod ranges;
 mod tally;
 
+pub use level::{has_tensors, MemoryLevel};
 pub use model::*;
 pub use pass::{Replay, Replayed};
 

@@ -16,55 +16,11 @@
 
 use std::path::Path;
 
-use clap::ValueEnum;
 use gpumemprof_format::MemKind;
-use serde::Serialize;
 
-use crate::replay::Replayed;
 use crate::symbolize::Frame;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemoryLevel {
-    /// The memory the process allocated from CUDA, HIP or the driver (PyTorch's
-    /// "reserved").
-    Segments,
-    /// The tensors of a framework's caching allocator (PyTorch's "allocated").
-    Tensors,
-}
-
-impl MemoryLevel {
-    /// The level asked for, else tensors if the trace has any, else segments.
-    pub fn of(r: &Replayed, asked: Option<MemoryLevel>) -> MemoryLevel {
-        asked.unwrap_or(if has_tensors(r) {
-            MemoryLevel::Tensors
-        } else {
-            MemoryLevel::Segments
-        })
-    }
-
-    /// Whether memory of `kind` is counted at this level.
-    pub fn counts(self, kind: MemKind) -> bool {
-        match self {
-            MemoryLevel::Segments => kind.is_memory(),
-            MemoryLevel::Tensors => kind == MemKind::Tensor,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            MemoryLevel::Segments => "segments",
-            MemoryLevel::Tensors => "tensors",
-        }
-    }
-}
-
-/// The trace recorded a framework allocator's tensors.
-pub fn has_tensors(r: &Replayed) -> bool {
-    r.rows
-        .iter()
-        .any(|row| row.kind == MemKind::Tensor && row.counters.allocations > 0)
-}
+pub use crate::replay::{has_tensors, MemoryLevel};
 
 /// Library file names (before the first `.so` or version) of the framework, the CUDA
 /// libraries, the interpreter and the foreign-function layers.

@@ -38,6 +38,10 @@ pub const SCHEMA: &str = "message allocation {
     required binary path (STRING);
 }";
 
+/// The `api` of a tensor row: PyTorch's allocator entry point, which the header's `apis`
+/// table (the hooked CUDA and HIP functions) does not list.
+const TENSOR_API: u16 = u16::MAX;
+
 /// What a trace's rows share.
 pub struct Process {
     pub rank: Option<i64>,
@@ -118,6 +122,9 @@ impl<'t> AllocationRows<'t> {
     }
 
     fn api(&self, api: u16) -> ByteArray {
+        if api == TENSOR_API {
+            return ByteArray::from("c10::reportMemoryUsageToProfiler");
+        }
         self.apis
             .get(&api)
             .cloned()
@@ -243,6 +250,7 @@ impl Observer for AllocationRows<'_> {
         self.seq += 1;
         self.current = match record {
             Record::Alloc(a) => Some((a.api, a.tid)),
+            Record::Tensor(t) => Some((TENSOR_API, t.tid)),
             _ => None,
         };
         if let Record::AllocFailed(f) = record {

@@ -55,16 +55,40 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
         self.p.empty_list()
     }
 
-    /// Closes `device_traces` and writes `segments`: one per allocation in `live`.
-    pub(super) fn segments(&mut self, live: &[&LiveAlloc], extras: &Extras) -> io::Result<()> {
+    /// Closes `device_traces` and writes `segments`: one per allocation in `live`. With
+    /// `tensors` (live tensors, sorted by device and address as `live` is), a segment's
+    /// blocks are the tensors inside it; without, the segment is one block.
+    pub(super) fn segments(
+        &mut self,
+        live: &[&LiveAlloc],
+        tensors: &[&LiveAlloc],
+        extras: &Extras,
+    ) -> io::Result<()> {
         self.p.setitem()?;
         self.p.str_memo("segments")?;
         self.p.empty_list()?;
         let mut batch = 0;
+        let mut next = 0;
         for a in live {
             self.p.begin_item(&mut batch)?;
             let (stream, mapped) = extras.get(a);
-            self.segment(a, stream, mapped)?;
+            let end = a.address.saturating_add(a.size);
+            // Tensors before this segment belong to none (their segment came before the
+            // trace, or by a path the hooks do not see).
+            while next < tensors.len()
+                && (tensors[next].device, tensors[next].address) < (a.device, a.address)
+            {
+                next += 1;
+            }
+            let first = next;
+            while next < tensors.len()
+                && tensors[next].device == a.device
+                && tensors[next].address < end
+            {
+                next += 1;
+            }
+            let inside = (!tensors.is_empty()).then(|| &tensors[first..next]);
+            self.segment(a, stream, mapped, inside)?;
             self.p.end_item(&mut batch)?;
         }
         self.p.end_items(&mut batch)?;
@@ -102,19 +126,24 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
         self.p.end_item(batch)
     }
 
-    /// A segment of one active block: a live allocation.
-    pub(super) fn segment(&mut self, a: &LiveAlloc, stream: u64, mapped: bool) -> io::Result<()> {
+    /// A segment: a live allocation, and its blocks: the `tensors` inside it with
+    /// `inactive` blocks for the gaps, or (`None`: no tensors in the trace) one active
+    /// block of its size.
+    pub(super) fn segment(
+        &mut self,
+        a: &LiveAlloc,
+        stream: u64,
+        mapped: bool,
+        tensors: Option<&[&LiveAlloc]>,
+    ) -> io::Result<()> {
+        let used = tensors.map_or(a.size, |t| t.iter().map(|b| b.size).sum());
         self.p.empty_dict()?;
         self.p.mark()?;
         self.key_uint("device", a.device.max(0) as u64)?;
         self.key_uint("address", a.address)?;
-        for key in [
-            "total_size",
-            "allocated_size",
-            "active_size",
-            "requested_size",
-        ] {
-            self.key_uint(key, a.size)?;
+        self.key_uint("total_size", a.size)?;
+        for key in ["allocated_size", "active_size", "requested_size"] {
+            self.key_uint(key, used)?;
         }
         self.key_uint("stream", stream)?;
         // PyTorch's "small" pool is its own 2 MiB segments for requests up to 1 MiB;
@@ -127,17 +156,51 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
         self.frame_list(a.stack)?;
         self.p.str_memo("blocks")?;
         self.p.empty_list()?;
+        let Some(tensors) = tensors else {
+            self.block(a.address, a.size, Some(a.stack))?;
+            self.p.append()?;
+            return self.p.setitems();
+        };
+        let mut batch = 0;
+        let (mut at, end) = (a.address, a.address.saturating_add(a.size));
+        for t in tensors {
+            if t.address > at {
+                self.p.begin_item(&mut batch)?;
+                self.block(at, t.address - at, None)?;
+                self.p.end_item(&mut batch)?;
+            }
+            self.p.begin_item(&mut batch)?;
+            self.block(t.address, t.size, Some(t.stack))?;
+            self.p.end_item(&mut batch)?;
+            at = at.max(t.address.saturating_add(t.size));
+        }
+        if end > at {
+            self.p.begin_item(&mut batch)?;
+            self.block(at, end - at, None)?;
+            self.p.end_item(&mut batch)?;
+        }
+        self.p.end_items(&mut batch)?;
+        self.p.setitems()
+    }
+
+    /// A block: active (a tensor, or the whole allocation) with its stack, or inactive.
+    fn block(&mut self, address: u64, size: u64, stack: Option<u64>) -> io::Result<()> {
         self.p.empty_dict()?;
         self.p.mark()?;
-        self.key_uint("address", a.address)?;
-        self.key_uint("size", a.size)?;
-        self.key_uint("requested_size", a.size)?;
+        self.key_uint("address", address)?;
+        self.key_uint("size", size)?;
+        self.key_uint("requested_size", if stack.is_some() { size } else { 0 })?;
         self.p.str_memo("state")?;
-        self.p.str_memo("active_allocated")?;
+        self.p.str_memo(if stack.is_some() {
+            "active_allocated"
+        } else {
+            "inactive"
+        })?;
         self.p.str_memo("frames")?;
-        self.frame_list(a.stack)?;
-        self.p.setitems()?;
-        self.p.append()?;
+        match stack {
+            Some(s) => self.frame_list(s)?,
+            None => self.p.empty_list()?,
+        }
         self.p.setitems()
     }
 
@@ -218,6 +281,8 @@ pub(super) struct DeviceEntries<'w, 's, 'a, W: Write> {
     pub(super) batch: usize,
     /// The first write error; nothing more is written after it.
     pub(super) error: Option<io::Error>,
+    /// Tensors are the blocks (`alloc`/`free` entries) and allocations only segments.
+    pub(super) tensors: bool,
 }
 
 impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
@@ -225,6 +290,7 @@ impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
         w: &'w mut SnapshotWriter<'s, 'a, W>,
         device: i32,
         header: &serde_json::Value,
+        tensors: bool,
     ) -> Self {
         DeviceEntries {
             w,
@@ -234,6 +300,7 @@ impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
             free_stack: 0,
             batch: 0,
             error: None,
+            tensors,
         }
     }
 
@@ -255,6 +322,12 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
             Record::Free(f) => {
                 self.now_ns = self.now_ns.max(f.time_ns);
                 self.free_stack = f.stack;
+            }
+            Record::Tensor(t) => {
+                self.now_ns = self.now_ns.max(t.time_ns);
+                if t.delta < 0 {
+                    self.free_stack = t.stack;
+                }
             }
             Record::AllocFailed(f) => {
                 self.now_ns = self.now_ns.max(f.time_ns);
@@ -279,6 +352,35 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
     fn changes(&mut self, _time_ns: u64, changes: &[LiveChange]) {
         for change in changes {
             match change {
+                LiveChange::Added(a) if a.device == self.device && tensor(a.kind, a.device) => {
+                    self.emit(Entry {
+                        action: "alloc",
+                        addr_key: "addr",
+                        addr: a.address,
+                        size: a.size,
+                        stream: 0,
+                        stack: a.stack,
+                    });
+                }
+                LiveChange::Released(a) if a.device == self.device && tensor(a.kind, a.device) => {
+                    let free_stack = if self.free_stack != 0 {
+                        self.free_stack
+                    } else {
+                        a.stack
+                    };
+                    for (action, stack) in
+                        [("free_requested", free_stack), ("free_completed", a.stack)]
+                    {
+                        self.emit(Entry {
+                            action,
+                            addr_key: "addr",
+                            addr: a.address,
+                            size: a.size,
+                            stream: 0,
+                            stack,
+                        });
+                    }
+                }
                 LiveChange::Added(a) if a.device == self.device && exported(a.kind, a.device) => {
                     let (stream, mapped) = self.extras.added(a);
                     let segment = if mapped {
@@ -286,7 +388,12 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
                     } else {
                         "segment_alloc"
                     };
-                    for action in [segment, "alloc"] {
+                    let actions: &[&str] = if self.tensors {
+                        &[segment]
+                    } else {
+                        &[segment, "alloc"]
+                    };
+                    for &action in actions {
                         self.emit(Entry {
                             action,
                             addr_key: "addr",
@@ -313,11 +420,13 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
                     } else {
                         "segment_free"
                     };
-                    for (action, stack) in [
+                    let all = [
                         ("free_requested", free_stack),
                         ("free_completed", a.stack),
                         (segment, free_stack),
-                    ] {
+                    ];
+                    let actions = if self.tensors { &all[2..] } else { &all[..] };
+                    for &(action, stack) in actions {
                         self.emit(Entry {
                             action,
                             addr_key: "addr",

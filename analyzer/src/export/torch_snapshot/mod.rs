@@ -10,8 +10,12 @@
 //!           "segments": [segment per allocation live at the end, one active block each]}
 //! ```
 //!
-//! The hooks see what the framework's allocator asked CUDA for, so each allocation is a
-//! segment holding one block of its size: `segment_alloc` then `alloc` when it became live;
+//! With a framework allocator's tensors in the trace (PyTorch's caching allocator), the
+//! tensors are the blocks: `alloc` and `free_requested`/`free_completed` entries, and each
+//! segment live at the end lists the tensors inside it (with `inactive` blocks for the
+//! gaps); the allocations are its segments (`segment_alloc`/`segment_free` only). Without
+//! them, the hooks see what the framework's allocator asked CUDA for, so each allocation is
+//! a segment holding one block of its size: `segment_alloc` then `alloc` when it became live;
 //! `free_requested`, `free_completed`, `segment_free` when a free released it (the pair for
 //! every free, at the free's time: the trace counts memory released at the call, also for
 //! stream-ordered frees). A VMM mapping (`cuMemMap`, `hipMemMap`) is memory: the same
@@ -51,9 +55,15 @@ pub const MAX_DEVICE: i32 = 1023;
 
 pub(super) use gpumemprof_format::OUT_OF_MEMORY;
 
-/// Whether memory of `kind` on `device` is in the snapshot: memory on a known GPU.
+/// Whether memory of `kind` on `device` is in the snapshot as segments: memory on a known
+/// GPU.
 pub fn exported(kind: MemKind, device: i32) -> bool {
     kind.is_memory() && kind != MemKind::PinnedHost && (0..=MAX_DEVICE).contains(&device)
+}
+
+/// Whether it is a framework allocator's tensor on a known GPU: a block inside a segment.
+pub fn tensor(kind: MemKind, device: i32) -> bool {
+    kind == MemKind::Tensor && (0..=MAX_DEVICE).contains(&device)
 }
 
 /// What an export wrote.
@@ -161,7 +171,7 @@ pub fn write<R: Read, W: Write>(
         w.p.empty_list().map_err(Error::Output)?;
         if survey.devices.contains(&device) {
             let reader = open()?;
-            let mut entries = DeviceEntries::new(&mut w, device, header);
+            let mut entries = DeviceEntries::new(&mut w, device, header, survey.tensors);
             replay_first(reader, survey.records, &mut entries)
                 .map_err(|e| crate::input::read_error(trace, e))?;
             let (mut batch, error) = (entries.batch, entries.error);
@@ -178,7 +188,10 @@ pub fn write<R: Read, W: Write>(
         .filter(|a| exported(a.kind, a.device))
         .collect();
     live.sort_by_key(|a| (a.device, a.address, a.time_ns));
-    w.segments(&live, &survey.extras).map_err(Error::Output)?;
+    let mut tensors: Vec<&LiveAlloc> = r.live.iter().filter(|a| tensor(a.kind, a.device)).collect();
+    tensors.sort_by_key(|a| (a.device, a.address, a.time_ns));
+    w.segments(&live, &tensors, &survey.extras)
+        .map_err(Error::Output)?;
     let entries = w.finish().map_err(Error::Output)?;
     crate::input::warn_all(sym.take_warnings());
 
@@ -281,6 +294,9 @@ struct Survey {
     extras: Extras,
     devices: BTreeSet<i32>,
     records: u64,
+    /// The trace has a framework allocator's tensors: they are the blocks and the
+    /// `alloc`/`free` entries, the allocations their segments.
+    tensors: bool,
 }
 
 impl Survey {
@@ -289,6 +305,7 @@ impl Survey {
             extras: Extras::new(header),
             devices: BTreeSet::new(),
             records: 0,
+            tensors: false,
         }
     }
 }
@@ -297,10 +314,15 @@ impl Observer for Survey {
     fn record(&mut self, record: &Record) {
         self.records += 1;
         self.extras.record(record);
-        if let Record::AllocFailed(f) = record {
-            if f.result == OUT_OF_MEMORY && exported(f.kind, f.device) {
+        match record {
+            Record::AllocFailed(f) if f.result == OUT_OF_MEMORY && exported(f.kind, f.device) => {
                 self.devices.insert(f.device);
             }
+            Record::Tensor(t) if tensor(MemKind::Tensor, t.device) => {
+                self.tensors = true;
+                self.devices.insert(t.device);
+            }
+            _ => {}
         }
     }
 
