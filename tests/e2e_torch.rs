@@ -335,3 +335,73 @@ fn parquet_rows_of_kind_tensor() {
         ]]
     );
 }
+
+/// `diff` compares tensors when both traces have them (`--level segments`: segments), and
+/// the timeline has a tensor series (allocated) beside the device series (reserved), out
+/// of the total.
+#[test]
+fn diff_and_timeline_know_tensors() {
+    let dir = scratch("torch_diff");
+    let (before, after) = (dir.join("before.trace"), dir.join("after.trace"));
+    run(Some(&before));
+    run(Some(&after));
+    let diff = |extra: &[&str]| -> Value {
+        let out = gpumemprof_tests::profiled::analyzer()
+            .arg("diff")
+            .args([&before, &after])
+            .args(["--json", "--all"])
+            .args(extra)
+            .output()
+            .expect("run gpumemprof diff");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        schema::assert_valid("diff", &v);
+        v
+    };
+    let d = diff(&[]);
+    assert_eq!(d["level"], "tensors");
+    let kinds: Vec<(&str, u64)> = d["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["kind"].as_str().unwrap(),
+                s["live_bytes_at_end"]["after"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, vec![("tensor", 12 * MIB), ("tensor", 0)]);
+    assert_eq!(
+        (&d["changed_sites"], &d["unchanged_sites"]),
+        (&json!(0), &json!(2))
+    );
+    let s = diff(&["--level", "segments"]);
+    assert_eq!(s["level"], "segments");
+    assert!(s["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["kind"] == "device"));
+
+    let csv = gpumemprof_tests::profiled::analyzer()
+        .args(["export", "--format", "csv"])
+        .arg(&after)
+        .args(["-o", "-"])
+        .output()
+        .expect("run gpumemprof export");
+    let mut highest: BTreeMap<String, u64> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&csv.stdout).lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let e = highest.entry(format!("{} {}", f[2], f[3])).or_default();
+        *e = (*e).max(f[5].parse().unwrap());
+    }
+    assert_eq!(
+        highest,
+        BTreeMap::from([
+            ("0 device".to_owned(), 22 * MIB),
+            ("0 tensor".to_owned(), 13 * MIB),
+            ("all all".to_owned(), 22 * MIB),
+        ])
+    );
+}

@@ -330,7 +330,10 @@ impl TimelineBuilder {
 
     /// Applies one allocation made live (`added`) or released at `time_ns`.
     fn change(&mut self, time_ns: u64, device: i32, kind: MemKind, size: u64, added: bool) {
-        if !kind.is_memory() {
+        // Tensors are a series of their own (PyTorch's allocated, under its reserved
+        // segments), never in the total: they lie inside the segments.
+        let counted = kind.is_memory();
+        if !counted && kind != MemKind::Tensor {
             return;
         }
         // Saturating, in trace order, exactly as `replay` counts: the maxima then agree.
@@ -342,12 +345,12 @@ impl TimelineBuilder {
             }
         };
         let row = SeriesKey::Live(device, kind);
-        let (row_value, total_value) = (
-            step(self.current(row)),
-            step(self.current(SeriesKey::Total)),
-        );
+        let row_value = step(self.current(row));
         self.set(row, time_ns, row_value);
-        self.set(SeriesKey::Total, time_ns, total_value);
+        if counted {
+            let total_value = step(self.current(SeriesKey::Total));
+            self.set(SeriesKey::Total, time_ns, total_value);
+        }
     }
 
     pub fn finish(mut self) -> Timeline {

@@ -223,7 +223,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         info::write_trace_text,
     );
     for by in [diff::SiteKey::Line, diff::SiteKey::Function] {
-        let (d, _) = diff::build((trace.clone(), r), (trace.clone(), r), by, 0, true);
+        let (d, _) = diff::build((trace.clone(), r), (trace.clone(), r), by, 0, true, None);
         render(&d, diff::write_text);
     }
     oom_report(&loaded, bytes, opts);

@@ -16,7 +16,7 @@ use clap::ValueEnum;
 use gpumemprof_format::MemKind;
 use serde::Serialize;
 
-use crate::replay::Replayed;
+use crate::replay::{has_tensors, MemoryLevel, Replayed};
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::term::{BAD, BOLD, GOOD};
@@ -39,6 +39,9 @@ pub struct DiffReport {
     pub after: TraceInfo,
     /// How sites were matched: "line" or "function".
     pub key: SiteKey,
+    /// What is compared: `tensors` (when both traces have a framework allocator's tensors)
+    /// or `segments`. `totals` are the segments' either way.
+    pub level: MemoryLevel,
     pub totals: Totals,
     /// Sites whose bytes changed, new and gone sites: largest change of live-at-end bytes
     /// first, then largest change at the peak. Unchanged sites are only counted (all
@@ -173,17 +176,17 @@ impl Sites {
 }
 
 /// Every site of one trace: at the peaks and live at the end.
-fn sides(r: &Replayed, by: SiteKey, frames: usize) -> (SiteMap, Vec<String>) {
+fn sides(r: &Replayed, by: SiteKey, frames: usize, level: MemoryLevel) -> (SiteMap, Vec<String>) {
     let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let mut all = Sites::default();
-    for row in r.rows.iter().filter(|row| row.kind.is_memory()) {
+    for row in r.rows.iter().filter(|row| level.counts(row.kind)) {
         for site in &row.peak_sites {
             let s = all.side(&mut sym, site.stack, row.kind, by, frames);
             // Saturating: hostile traces can claim sizes that add past u64.
             s.peak = s.peak.saturating_add(site.bytes);
         }
     }
-    for a in r.live.iter().filter(|a| a.kind.is_memory()) {
+    for a in r.live.iter().filter(|a| level.counts(a.kind)) {
         let s = all.side(&mut sym, a.stack, a.kind, by, frames);
         s.live = s.live.saturating_add(a.size);
         s.live_count += 1;
@@ -194,16 +197,23 @@ fn sides(r: &Replayed, by: SiteKey, frames: usize) -> (SiteMap, Vec<String>) {
     (all.sites, sym.take_warnings())
 }
 
-/// `all`: list unchanged sites too. Returns the report and the symbolizer's warnings.
+/// `all`: list unchanged sites too; `level`: asked for, else tensors when both traces have
+/// them. Returns the report and the symbolizer's warnings.
 pub fn build(
     before: (TraceInfo, &Replayed),
     after: (TraceInfo, &Replayed),
     by: SiteKey,
     frames: usize,
     all: bool,
+    level: Option<MemoryLevel>,
 ) -> (DiffReport, Vec<String>) {
-    let (b_sites, mut warnings) = sides(before.1, by, frames);
-    let (a_sites, w) = sides(after.1, by, frames);
+    let level = level.unwrap_or(if has_tensors(before.1) && has_tensors(after.1) {
+        MemoryLevel::Tensors
+    } else {
+        MemoryLevel::Segments
+    });
+    let (b_sites, mut warnings) = sides(before.1, by, frames, level);
+    let (a_sites, w) = sides(after.1, by, frames, level);
     warnings.extend(w);
     let mut keys: Vec<&(MemKind, Vec<String>)> = b_sites.keys().chain(a_sites.keys()).collect();
     keys.sort();
@@ -273,6 +283,7 @@ pub fn build(
         before: before.0,
         after: after.0,
         key: by,
+        level,
         totals,
         sites,
         changed_sites: changed,
@@ -463,6 +474,10 @@ pub struct Args {
     /// List unchanged sites too.
     #[arg(long)]
     pub all: bool,
+    /// Compare a framework allocator's tensors (the default when both traces have them)
+    /// or the segments allocated from CUDA, HIP or the driver.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub level: Option<MemoryLevel>,
 }
 
 pub fn run(args: &Args) -> Result<(), crate::error::Error> {
@@ -475,6 +490,7 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
         args.by,
         args.frames,
         args.all,
+        args.level,
     );
     for w in warnings {
         crate::term::warn(&w);
