@@ -21,8 +21,14 @@ const MIB: u64 = 1 << 20;
 const SOURCE: &str = "tests/torch/caching_allocator.cpp";
 
 fn run(trace: Option<&std::path::Path>) -> Output {
+    run_with(trace, &[])
+}
+
+/// The harness with `args` (its modes), under the shim when `trace` is given.
+fn run_with(trace: Option<&std::path::Path>, args: &[&str]) -> Output {
     let h = harness();
     let mut cmd = Command::new(&h.exe);
+    cmd.args(args);
     for var in SIM_ENV {
         cmd.env_remove(var);
     }
@@ -404,4 +410,51 @@ fn diff_and_timeline_know_tensors() {
             ("all all".to_owned(), 22 * MIB),
         ])
     );
+}
+
+/// `recordStream` and `emptyCache`, as PyTorch's allocator does them: a tensor used on a
+/// side stream is freed only once the stream's event completed (here at `emptyCache`), and
+/// `emptyCache` releases the empty segment. The reports equal the allocator's own numbers.
+#[test]
+fn record_stream_and_empty_cache() {
+    let dir = scratch("torch_streams");
+    let trace = dir.join("harness.trace");
+    let out = run_with(Some(&trace), &["streams"]);
+    let f = facts(&out);
+    assert_eq!((n(&f, "allocations"), n(&f, "frees")), (5, 1));
+    assert_eq!(
+        (n(&f, "allocated"), n(&f, "reserved")),
+        (12 * MIB, 20 * MIB)
+    );
+    let s = report("summary", &trace, &[]);
+    let row = |kind: &str| {
+        s["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("a {kind} row"))
+    };
+    let (t, d) = (row("tensor"), row("device"));
+    assert_eq!(
+        (&t["allocations"], &t["frees"], &t["live_bytes_at_end"]),
+        (
+            &json!(n(&f, "allocations")),
+            &json!(n(&f, "frees")),
+            &json!(n(&f, "allocated"))
+        )
+    );
+    // The 2 MiB segment of the side-stream tensor, released by emptyCache.
+    assert_eq!(
+        (&d["allocations"], &d["frees"], &d["live_bytes_at_end"]),
+        (&json!(2), &json!(1), &json!(n(&f, "reserved")))
+    );
+    let l = report("leaks", &trace, &[]);
+    let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
+    assert_eq!(
+        (&l["total_bytes"], &l["total_count"]),
+        (&json!(12 * MIB), &json!(4))
+    );
+    assert_eq!(l["groups"][0]["site"]["line"], json!(keep));
 }

@@ -18,11 +18,20 @@
  *   exit without dropping the 4 kept tensors (the KEEP tensors are live at exit).
  * Exits 0 and prints done.
  *
+ * With the argument `streams`, instead (registering the primary-context check that
+ * libtorch_cuda.so would), after init(1) and keep_activations():
+ *   side_stream(): a 1 MiB tensor (the SIDE line; a new 2 MiB segment) used on a side stream
+ *     (recordStream), then dropped: the allocator frees its block only once the side
+ *     stream's event has completed, at its next allocation or emptyCache;
+ *   emptyCache(): the block freed, the empty 2 MiB segment is released (cudaFree);
+ *   the stats, as key=value (as above); exit with the 4 kept tensors live.
+ *
  * With the arguments `bench PAIRS DEPTH` it times the allocator's hot path instead: PAIRS
  * allocate+free pairs of a 4 KiB tensor, DEPTH calls deep, after a warm-up; prints
  * ns_per_pair=<wall ns per pair> (tests/bench/torch.sh, BENCHMARKS.md).
  */
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -52,6 +61,23 @@ static __attribute__((noinline)) void scratch()
         c10::DataPtr t = get()->allocate(1 * MiB); /* GPUMEMPROF-TORCH-SCRATCH */
         (void)t;
     }
+}
+
+/* libtorch_cuda.so registers this at load (it asks the driver); without it, c10 refuses to
+ * switch devices (emptyCache, stream pools). */
+namespace c10::cuda::_internal {
+C10_CUDA_API void setHasPrimaryContext(bool (*func)(DeviceIndex));
+}
+
+static bool has_primary_context(c10::DeviceIndex)
+{
+    return true;
+}
+
+static __attribute__((noinline)) void side_stream()
+{
+    c10::DataPtr t = get()->allocate(1 * MiB); /* GPUMEMPROF-TORCH-SIDE */
+    c10::cuda::CUDACachingAllocator::recordStream(t, c10::cuda::getStreamFromPool());
 }
 
 static void stats(const char *prefix)
@@ -113,6 +139,15 @@ int main(int argc, char **argv)
     c10::cuda::CUDACachingAllocator::init(1);
     if (argc == 4 && std::strcmp(argv[1], "bench") == 0) {
         return bench(std::atol(argv[2]), std::atoi(argv[3]));
+    }
+    if (argc == 2 && std::strcmp(argv[1], "streams") == 0) {
+        c10::cuda::_internal::setHasPrimaryContext(has_primary_context);
+        keep_activations();
+        side_stream();
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        stats("");
+        std::printf("done\n");
+        return 0;
     }
     keep_activations();
     scratch();
