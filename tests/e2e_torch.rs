@@ -26,9 +26,14 @@ fn run(trace: Option<&std::path::Path>) -> Output {
 
 /// The harness with `args` (its modes), under the shim when `trace` is given.
 fn run_with(trace: Option<&std::path::Path>, args: &[&str]) -> Output {
+    run_env(trace, args, &[])
+}
+
+/// `run_with`, with `env` added (the allocator's configuration).
+fn run_env(trace: Option<&std::path::Path>, args: &[&str], env: &[(&str, &str)]) -> Output {
     let h = harness();
     let mut cmd = Command::new(&h.exe);
-    cmd.args(args);
+    cmd.args(args).envs(env.iter().copied());
     for var in SIM_ENV {
         cmd.env_remove(var);
     }
@@ -450,6 +455,61 @@ fn record_stream_and_empty_cache() {
         (&d["allocations"], &d["frees"], &d["live_bytes_at_end"]),
         (&json!(2), &json!(1), &json!(n(&f, "reserved")))
     );
+    let l = report("leaks", &trace, &[]);
+    let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
+    assert_eq!(
+        (&l["total_bytes"], &l["total_count"]),
+        (&json!(12 * MIB), &json!(4))
+    );
+    assert_eq!(l["groups"][0]["site"]["line"], json!(keep));
+}
+
+/// Expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`): PyTorch maps
+/// physical chunks into one reserved range through the driver's entry points
+/// (`cudaGetDriverEntryPointByVersion`, onto the simulated driver's VMM). The mappings are the
+/// segments (`device` rows), the reservation is not memory, and the tensors are counted as
+/// with the default allocator, equal to its own numbers.
+#[test]
+fn expandable_segments_map_what_the_tensors_use() {
+    let dir = scratch("torch_expandable");
+    let trace = dir.join("harness.trace");
+    let conf = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")];
+    let out = run_env(Some(&trace), &[], &conf);
+    let f = facts(&out);
+    assert!(
+        f["oom"].contains("expandable_segments is enabled"),
+        "{}",
+        f["oom"]
+    );
+    let s = report("summary", &trace, &[]);
+    let row = |kind: &str| {
+        s["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("a {kind} row"))
+    };
+    let (t, d) = (row("tensor"), row("device"));
+    assert_eq!(
+        (&t["allocations"], &t["peak_bytes"], &t["live_bytes_at_end"]),
+        (
+            &json!(n(&f, "allocations")),
+            &json!(n(&f, "allocated_peak")),
+            &json!(n(&f, "allocated"))
+        )
+    );
+    // The mappings: 20 MiB and 2 MiB, the 2 MiB one unmapped by the out-of-memory retry.
+    assert_eq!(
+        (&d["allocations"], &d["peak_bytes"], &d["live_bytes_at_end"]),
+        (
+            &json!(2),
+            &json!(n(&f, "reserved_peak")),
+            &json!(n(&f, "after_oom_reserved"))
+        )
+    );
+    assert_eq!(s["totals"]["peak_bytes"], json!(n(&f, "reserved_peak")));
     let l = report("leaks", &trace, &[]);
     let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
     assert_eq!(

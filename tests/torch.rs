@@ -25,8 +25,8 @@ pub const WHEELS: &[&str] = &[
 pub struct Harness {
     /// The harness program.
     pub exe: PathBuf,
-    /// Put this on `LD_LIBRARY_PATH`: the stand-in `libcudart.so.13` and the simulated
-    /// driver beside it.
+    /// Put this on `LD_LIBRARY_PATH`: the stand-in `libcudart.so.13`, and the simulated
+    /// driver and NVML beside it.
     pub lib_dir: PathBuf,
     /// `torch/lib` of the wheel (`libc10.so`, `libc10_cuda.so`).
     pub torch_lib: PathBuf,
@@ -107,9 +107,12 @@ pub fn harness() -> &'static Harness {
             ],
             "linking libcudart.so.13",
         );
-        // The simulated driver the runtime dlopens, beside it.
-        std::fs::copy(sim_dir().join("libcuda.so.1"), dir.join("libcuda.so.1"))
-            .expect("copy the simulated libcuda.so.1");
+        // The simulated driver the runtime dlopens, beside it, and NVML, which c10 opens
+        // for expandable segments (fabric and NVLink queries).
+        for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+            std::fs::copy(sim_dir().join(lib), dir.join(lib))
+                .unwrap_or_else(|e| panic!("copy the simulated {lib}: {e}"));
+        }
         let torch_lib = root.join("torch/lib");
         let exe = dir.join("caching_allocator");
         let rpath = format!("-Wl,-rpath,{}", torch_lib.display());

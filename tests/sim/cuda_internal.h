@@ -1,6 +1,6 @@
 /*
  * cuda_internal.h: what the simulated driver's source files (cuda_sim.c, cuda_vmm.c,
- * cuda_proc.c) share. Nothing here is exported: the library is built with -fvisibility=hidden
+ * cuda_proc.c, cuda_extras.c) share. Nothing here is exported: the library is built with -fvisibility=hidden
  * and only definitions marked SIM_EXPORT are visible.
  */
 #ifndef GPUMEMPROF_SIM_CUDA_INTERNAL_H
@@ -28,5 +28,19 @@ CUresult cuda_begin(void);
  * primary context made current, as the runtime would have done (it may not fit: OOM). */
 CUresult cuda_bind(int *device);
 int cuda_valid_device(int device);
+
+/* cuda_extras.c: what PyTorch's driver API table asks for beyond memory. */
+CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev);
+CUresult cuCtxPushCurrent(CUcontext ctx);
+CUresult cuCtxPopCurrent(CUcontext *pctx);
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      int handleType, unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        int shHandleType);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, unsigned int value,
+                              unsigned int flags);
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
 
 #endif /* GPUMEMPROF_SIM_CUDA_INTERNAL_H */

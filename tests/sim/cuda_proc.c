@@ -86,6 +86,15 @@ static const struct entry entries[] = {
     PLAIN(cuGetErrorName),
     PLAIN(cuGetErrorString),
     VERSIONED(cuGetProcAddress, 0, 12000),
+    PLAIN(cuDeviceGetAttribute),
+    PLAIN(cuCtxPushCurrent),
+    PLAIN(cuCtxPopCurrent),
+    SINCE(cuMemExportToShareableHandle, V_VMM),
+    SINCE(cuMemImportFromShareableHandle, V_VMM),
+    SINCE(cuMemRetainAllocationHandle, V_VMM),
+    PLAIN(cuMemGetAddressRange),
+    PLAIN(cuStreamWriteValue32),
+    PLAIN(cuMemsetD32Async),
 };
 
 /* ---- SIMCUDA_HIDE -------------------------------------------------------------------------- */

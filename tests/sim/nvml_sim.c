@@ -160,6 +160,61 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
     return NVML_SUCCESS;
 }
 
+/* Device d's PCI address is 0000:00:<d>.0 (the simulated runtime's cudaGetDeviceProperties
+ * gives pciDomainID 0, pciBusID 0, pciDeviceID d), in NVML's or the runtime's spelling. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    REQUIRE_INIT();
+    unsigned int domain = 0, bus = 0, dev = 0, function = 0;
+    if (pciBusId == NULL || device == NULL ||
+        sscanf(pciBusId, "%x:%x:%x.%x", &domain, &bus, &dev, &function) != 4)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (domain != 0 || bus != 0 || function != 0 || dev >= device_count)
+        return NVML_ERROR_NOT_FOUND;
+    *device = &devices[dev];
+    return NVML_SUCCESS;
+}
+
+/* No fabric (NVLink multi-node) on the simulated devices, as on a PCIe GPU. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, void *info)
+{
+    REQUIRE_INIT();
+    (void)device;
+    (void)info;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* No NVLink on the simulated devices: every link query is NVML_ERROR_NOT_SUPPORTED. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                            int *type)
+{
+    REQUIRE_INIT();
+    (void)device;
+    (void)link;
+    (void)type;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                            void *pci)
+{
+    REQUIRE_INIT();
+    (void)device;
+    (void)link;
+    (void)pci;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* The CUDA version the driver supports, as cuDriverGetVersion reports it (13.0). */
+SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    REQUIRE_INIT();
+    if (cudaDriverVersion == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *cudaDriverVersion = 13000;
+    return NVML_SUCCESS;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     REQUIRE_INIT();
@@ -212,6 +267,21 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev
         infos[0] = (nvmlProcessInfo_t){(unsigned int)getpid(), used, NOT_MIG, NOT_MIG};
     *infoCount = n;
     return NVML_SUCCESS;
+}
+
+#undef nvmlDeviceGetComputeRunningProcesses /* nvml.h maps the name to _v3; this is the old one */
+
+/* The unversioned (v1 ABI) process list is not supported, as on platforms with partial NVML
+ * support (Tegra, Jetson): PyTorch's out-of-memory message then omits per-process memory,
+ * and its wording stays the one the profiler's oom report reproduces. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                             unsigned int *infoCount, void *infos)
+{
+    REQUIRE_INIT();
+    (void)device;
+    (void)infoCount;
+    (void)infos;
+    return NVML_ERROR_NOT_SUPPORTED;
 }
 
 SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)

@@ -18,8 +18,13 @@
  *   exit without dropping the 4 kept tensors (the KEEP tensors are live at exit).
  * Exits 0 and prints done.
  *
- * With the argument `streams`, instead (registering the primary-context check that
- * libtorch_cuda.so would), after init(1) and keep_activations():
+ * First, what libtorch_cuda.so's CUDA hooks would set up (torch_cuda_init below).
+ *
+ * With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the same run maps physical chunks
+ * into one reserved range (cuMemAddressReserve, cuMemCreate, cuMemMap through the driver's
+ * entry points) instead of calling cudaMalloc for segments.
+ *
+ * With the argument `streams`, instead, after init(1) and keep_activations():
  *   side_stream(): a 1 MiB tensor (the SIDE line; a new 2 MiB segment) used on a side stream
  *     (recordStream), then dropped: the allocator frees its block only once the side
  *     stream's event has completed, at its next allocation or emptyCache;
@@ -63,15 +68,25 @@ static __attribute__((noinline)) void scratch()
     }
 }
 
-/* libtorch_cuda.so registers this at load (it asks the driver); without it, c10 refuses to
- * switch devices (emptyCache, stream pools). */
+/* What libtorch_cuda.so's CUDA hooks set up when PyTorch initialises CUDA, and c10 needs:
+ * the primary-context check (without it c10 refuses to switch devices: emptyCache, stream
+ * pools) and the peer-access cache (expandable segments ask it about fabric handles). */
 namespace c10::cuda::_internal {
 C10_CUDA_API void setHasPrimaryContext(bool (*func)(DeviceIndex));
+}
+namespace c10::cuda::detail {
+C10_CUDA_API void init_p2p_access_cache(int64_t num_devices);
 }
 
 static bool has_primary_context(c10::DeviceIndex)
 {
     return true;
+}
+
+static void torch_cuda_init()
+{
+    c10::cuda::_internal::setHasPrimaryContext(has_primary_context);
+    c10::cuda::detail::init_p2p_access_cache(1);
 }
 
 static __attribute__((noinline)) void side_stream()
@@ -136,12 +151,12 @@ static int bench(long n, int depth)
 
 int main(int argc, char **argv)
 {
+    torch_cuda_init();
     c10::cuda::CUDACachingAllocator::init(1);
     if (argc == 4 && std::strcmp(argv[1], "bench") == 0) {
         return bench(std::atol(argv[2]), std::atoi(argv[3]));
     }
     if (argc == 2 && std::strcmp(argv[1], "streams") == 0) {
-        c10::cuda::_internal::setHasPrimaryContext(has_primary_context);
         keep_activations();
         side_stream();
         c10::cuda::CUDACachingAllocator::emptyCache();
