@@ -9,7 +9,9 @@
 pub mod duck;
 pub mod profiled;
 pub mod running;
+pub mod tensorflow;
 pub mod torch;
+pub mod wheels;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

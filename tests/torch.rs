@@ -148,76 +148,23 @@ pub fn harness() -> &'static Harness {
     })
 }
 
-/// The extracted wheels (`torch/lib`, `torch/include`, `nvidia/cu13/include`), downloaded
-/// on first use; concurrent test processes wait on a lock file.
+/// The extracted wheels (`torch/lib`, `torch/include`, `nvidia/cu13/include`).
 fn wheels() -> PathBuf {
-    let root = target_dir().join("torch");
-    std::fs::create_dir_all(&root).expect("create target/torch");
-    let lock = std::fs::File::create(root.join(".lock")).expect("create the torch lock file");
-    lock.lock().expect("lock target/torch");
-    let out = root.join("extracted");
-    let marker = root.join(".extracted");
-    let want = WHEELS.join("\n");
-    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
-        return out;
-    }
-    let download = root.join("wheels");
-    let _ = std::fs::remove_dir_all(&out);
-    let got = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ])
-        .args(["--only-binary=:all:", "--python-version", "3.11"])
-        .args(["--platform", "manylinux_2_28_x86_64"])
-        .args(["--platform", "manylinux_2_17_x86_64", "-d"])
-        .arg(&download)
-        .args(WHEELS)
-        .output()
-        .expect("run python3 -m pip download");
-    assert!(
-        got.status.success(),
-        "pip could not download {WHEELS:?} into {}:\n{}{}",
-        download.display(),
-        String::from_utf8_lossy(&got.stdout),
-        String::from_utf8_lossy(&got.stderr)
-    );
     // Only the two libraries and the headers: never the real libcudart of the runtime
     // wheel, which libc10_cuda.so's run path would otherwise find before ours.
-    let keep = "import sys, zipfile, pathlib\n\
-                out = sys.argv[1]\n\
-                for w in sys.argv[2:]:\n\
-                \x20   z = zipfile.ZipFile(w)\n\
-                \x20   for n in z.namelist():\n\
-                \x20       if n in ('torch/lib/libc10.so', 'torch/lib/libc10_cuda.so') or \\\n\
-                \x20          n.startswith('torch/include/') or n.startswith('nvidia/cu13/include/'):\n\
-                \x20           z.extract(n, out)\n";
-    let wheels: Vec<PathBuf> = std::fs::read_dir(&download)
-        .expect("list the downloaded wheels")
-        .map(|e| e.expect("a wheel").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
-        .collect();
-    let extracted = Command::new("python3")
-        .arg("-c")
-        .arg(keep)
-        .arg(&out)
-        .args(&wheels)
-        .output()
-        .expect("run python3 to extract the wheels");
-    assert!(
-        extracted.status.success(),
-        "extracting {wheels:?}: {}",
-        String::from_utf8_lossy(&extracted.stderr)
+    let out = crate::wheels::extracted(
+        "torch",
+        WHEELS,
+        &[
+            "torch/lib/libc10.so",
+            "torch/lib/libc10_cuda.so",
+            "torch/include/",
+            "nvidia/cu13/include/",
+        ],
     );
     assert!(
         out.join("torch/lib/libc10_cuda.so").is_file(),
-        "no torch/lib/libc10_cuda.so in {wheels:?}"
+        "no torch/lib/libc10_cuda.so in {WHEELS:?}"
     );
-    let _ = std::fs::remove_dir_all(&download);
-    std::fs::write(&marker, want).expect("write the torch marker");
     out
 }

@@ -89,6 +89,9 @@ pub const SPACES: usize = 4;
 
 /// `Tensor::framework` of PyTorch's caching allocator (`c10::reportMemoryUsageToProfiler`).
 pub const FRAMEWORK_PYTORCH: u8 = 1;
+/// `Tensor::framework` of TensorFlow's BFC allocator (`AllocateRaw`/`DeallocateRaw`): its
+/// `reserved` is 0 (not reported per change).
+pub const FRAMEWORK_TENSORFLOW: u8 = 2;
 
 /// A framework allocator's block handed out (`delta > 0`) or taken back (`delta < 0`),
 /// with the allocator's own totals on that device after the change.

@@ -80,7 +80,8 @@ impl From<&NvmlDevice> for NvmlRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct AllocatorRow {
     pub device: i32,
-    /// `pytorch`.
+    /// `pytorch` or `tensorflow` (whose `reserved_bytes` and `reserved_peak_bytes` are 0:
+    /// its BFC allocator reports no reserved figure per change).
     pub framework: &'static str,
     /// Tensors handed out and taken back (`allocation.all.allocated` and `.freed`).
     pub tensor_allocations: u64,
@@ -93,7 +94,8 @@ pub struct AllocatorRow {
     pub allocated_peak_bytes: u64,
     pub reserved_bytes: u64,
     pub reserved_peak_bytes: u64,
-    /// `reserved_bytes - allocated_bytes`: cached in segments, in no tensor.
+    /// `reserved_bytes - allocated_bytes`: cached in segments, in no tensor (0 for
+    /// TensorFlow).
     pub cached_bytes: u64,
 }
 
@@ -103,6 +105,7 @@ impl From<&AllocatorFigures> for AllocatorRow {
             device: f.device,
             framework: match f.framework {
                 gpumemprof_format::FRAMEWORK_PYTORCH => "pytorch",
+                gpumemprof_format::FRAMEWORK_TENSORFLOW => "tensorflow",
                 _ => "other",
             },
             tensor_allocations: f.allocations,
@@ -188,7 +191,28 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
     if report.allocators.is_empty() {
         report.framework.write_text(out)?;
     } else {
-        for a in &report.allocators {
+        for a in report
+            .allocators
+            .iter()
+            .filter(|a| a.framework == "tensorflow")
+        {
+            writeln!(
+                out,
+                "TensorFlow BFC allocator, device {}: {} tensors allocated, {} freed; peak \
+                 allocated {}; at its last tensor event {} allocated (its regions are the \
+                 device rows)",
+                units::device(a.device),
+                a.tensor_allocations,
+                a.tensor_frees,
+                units::bytes(a.allocated_peak_bytes),
+                units::bytes(a.allocated_bytes),
+            )?;
+        }
+        for a in report
+            .allocators
+            .iter()
+            .filter(|a| a.framework != "tensorflow")
+        {
             writeln!(
                 out,
                 "PyTorch caching allocator, device {}: {} tensors allocated, {} freed; peak \

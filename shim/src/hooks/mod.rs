@@ -8,7 +8,8 @@
 //! `resolver.rs` (the driver's `cuGetProcAddress`); what every handler shares (the guard,
 //! errno, `catch_unwind`, the event) is in `record.rs`. Besides them: `dlsym.rs` (the
 //! `dlsym`/`dlvsym` overrides), `nvtx.rs` (the NVTX injection callbacks), `framework.rs`
-//! (PyTorch's allocator's tensors, through `c10::reportMemoryUsageToProfiler`), `api.rs` (the
+//! (PyTorch's allocator's tensors, through `c10::reportMemoryUsageToProfiler`),
+//! `tensorflow.rs` (TensorFlow's BFC allocator's `AllocateRaw`/`DeallocateRaw`), `api.rs` (the
 //! public C API of include/gpumemprof.h). This is the top layer: nothing below imports it.
 //!
 //! Each wrapper: find the real function (or return the API's own "not available"
@@ -31,6 +32,7 @@ mod framework;
 mod nvtx;
 pub mod record;
 pub mod resolver;
+mod tensorflow;
 pub mod vmm;
 
 use crate::sys::dl;

@@ -23,11 +23,11 @@ pub fn at_failure(
     frames: usize,
 ) -> Option<TorchAtFailure> {
     let r = &moment.replayed;
-    if !r
-        .allocators
-        .iter()
-        .any(|f| f.device == call.device && f.allocations > 0)
-    {
+    if !r.allocators.iter().any(|f| {
+        f.device == call.device
+            && f.allocations > 0
+            && f.framework == gpumemprof_format::FRAMEWORK_PYTORCH
+    }) {
         return None;
     }
     let (mut allocated, mut tensors, mut reserved) = (0u64, 0u64, 0u64);

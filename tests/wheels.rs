@@ -1,0 +1,79 @@
+//! Pinned wheels from PyPI for the tests that run code we did not write (PyTorch's and
+//! TensorFlow's own allocators): downloaded once into `target/<profile>/<name>/` with pip,
+//! only the files the tests need kept, the wheels themselves deleted. A machine that cannot
+//! download them fails the test with pip's message: it never passes without running.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::target_dir;
+
+/// The wheels `pins` (CPython 3.11, manylinux x86_64), their files whose paths equal or
+/// start with one of `keep` extracted into the returned folder; a later call with the same
+/// pins finds them there. Concurrent test processes wait on a lock file.
+pub fn extracted(name: &str, pins: &[&str], keep: &[&str]) -> PathBuf {
+    let root = target_dir().join(name);
+    std::fs::create_dir_all(&root).expect("create the wheels folder");
+    let lock = std::fs::File::create(root.join(".lock")).expect("create the wheels lock file");
+    lock.lock().expect("lock the wheels folder");
+    let out = root.join("extracted");
+    let marker = root.join(".extracted");
+    let want = format!("{}\n{}", pins.join("\n"), keep.join("\n"));
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
+        return out;
+    }
+    let download = root.join("wheels");
+    let _ = std::fs::remove_dir_all(&out);
+    let got = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .args(["--only-binary=:all:", "--python-version", "3.11"])
+        .args(["--platform", "manylinux_2_28_x86_64"])
+        .args(["--platform", "manylinux_2_27_x86_64"])
+        .args(["--platform", "manylinux_2_17_x86_64", "-d"])
+        .arg(&download)
+        .args(pins)
+        .output()
+        .expect("run python3 -m pip download");
+    assert!(
+        got.status.success(),
+        "pip could not download {pins:?} into {}:\n{}{}",
+        download.display(),
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let extract = "import sys, zipfile\n\
+                   out, keep = sys.argv[1], sys.argv[2].split('\\n')\n\
+                   for w in sys.argv[3:]:\n\
+                   \x20   z = zipfile.ZipFile(w)\n\
+                   \x20   for n in z.namelist():\n\
+                   \x20       if any(n == k or (k.endswith('/') and n.startswith(k)) for k in keep):\n\
+                   \x20           z.extract(n, out)\n";
+    let wheels: Vec<PathBuf> = std::fs::read_dir(&download)
+        .expect("list the downloaded wheels")
+        .map(|e| e.expect("a wheel").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    let done = Command::new("python3")
+        .arg("-c")
+        .arg(extract)
+        .arg(&out)
+        .arg(keep.join("\n"))
+        .args(&wheels)
+        .output()
+        .expect("run python3 to extract the wheels");
+    assert!(
+        done.status.success(),
+        "extracting {wheels:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&download);
+    std::fs::write(&marker, want).expect("write the wheels marker");
+    out
+}
