@@ -518,3 +518,49 @@ fn expandable_segments_map_what_the_tensors_use() {
     );
     assert_eq!(l["groups"][0]["site"]["line"], json!(keep));
 }
+
+/// Python loads PyTorch with `RTLD_LOCAL` (ctypes here, as Python loads its extension
+/// modules): `dlsym(RTLD_NEXT)` cannot see `libc10.so`, and the shim must still find
+/// PyTorch's own `reportMemoryUsageToProfiler` and call it, so `torch.profiler`'s memory
+/// profiling keeps working. A memory reporter (what the profiler installs) is told of every
+/// block, 2 per allocate+free pair, with and without the shim; and the shim records them.
+#[test]
+fn pytorchs_own_function_still_runs_when_python_loads_it_locally() {
+    let h = harness();
+    let dir = scratch("torch_rtld_local");
+    let trace = dir.join("python.trace");
+    let run = |traced: bool| {
+        let mut cmd = Command::new("python3");
+        for var in SIM_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.env("LD_LIBRARY_PATH", &h.lib_dir)
+            .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string())
+            .arg("-c")
+            .arg(
+                "import ctypes, sys\n\
+                 lib = ctypes.CDLL(sys.argv[1])\n\
+                 lib.gpumemprof_bench_init()\n\
+                 print(lib.gpumemprof_reported_pairs(ctypes.c_long(100)))",
+            )
+            .arg(&h.lib);
+        if traced {
+            cmd.env("LD_PRELOAD", shim_path())
+                .env("GPUMEMPROF_OUTPUT", &trace)
+                .env("GPUMEMPROF_NVML_MS", "0");
+        }
+        let out = cmd.output().expect("run python3");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(run(false), "200");
+    assert_eq!(run(true), "200");
+    let s = report("summary", &trace, &[]);
+    assert_eq!(s["allocators"][0]["tensor_allocations"], json!(100));
+    assert_eq!(s["allocators"][0]["tensor_frees"], json!(100));
+}

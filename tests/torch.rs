@@ -25,6 +25,9 @@ pub const WHEELS: &[&str] = &[
 pub struct Harness {
     /// The harness program.
     pub exe: PathBuf,
+    /// The same harness as a shared library (`gpumemprof_bench_init`,
+    /// `gpumemprof_reported_pairs`), for Python through ctypes.
+    pub lib: PathBuf,
     /// Put this on `LD_LIBRARY_PATH`: the stand-in `libcudart.so.13`, and the simulated
     /// driver and NVML beside it.
     pub lib_dir: PathBuf,
@@ -117,7 +120,7 @@ pub fn harness() -> &'static Harness {
         let exe = dir.join("caching_allocator");
         let rpath = format!("-Wl,-rpath,{}", torch_lib.display());
         let rpath_link = format!("-Wl,-rpath-link,{}", dir.display());
-        let lib = format!("-L{}", torch_lib.display());
+        let lib_flag = format!("-L{}", torch_lib.display());
         cc(
             &[
                 "g++".as_ref(),
@@ -132,7 +135,7 @@ pub fn harness() -> &'static Harness {
                 "-o".as_ref(),
                 &os(&exe),
                 &os(&repo_root().join("tests/torch/caching_allocator.cpp")),
-                lib.as_ref(),
+                lib_flag.as_ref(),
                 "-lc10_cuda".as_ref(),
                 "-lc10".as_ref(),
                 rpath.as_ref(),
@@ -140,8 +143,36 @@ pub fn harness() -> &'static Harness {
             ],
             "building tests/torch/caching_allocator.cpp against libc10_cuda.so",
         );
+        // The same source as a library Python loads with ctypes (RTLD_LOCAL, as Python loads
+        // PyTorch's extension modules and what they link).
+        let lib = dir.join("libcaching_allocator.so");
+        cc(
+            &[
+                "g++".as_ref(),
+                "-std=c++20".as_ref(),
+                "-g".as_ref(),
+                "-O1".as_ref(),
+                "-fno-omit-frame-pointer".as_ref(),
+                "-shared".as_ref(),
+                "-fPIC".as_ref(),
+                "-I".as_ref(),
+                &os(&root.join("torch/include")),
+                "-I".as_ref(),
+                &os(&cu13),
+                "-o".as_ref(),
+                &os(&lib),
+                &os(&repo_root().join("tests/torch/caching_allocator.cpp")),
+                lib_flag.as_ref(),
+                "-lc10_cuda".as_ref(),
+                "-lc10".as_ref(),
+                rpath.as_ref(),
+                rpath_link.as_ref(),
+            ],
+            "building tests/torch/caching_allocator.cpp as a shared library",
+        );
         Harness {
             exe,
+            lib,
             lib_dir: dir,
             torch_lib,
         }

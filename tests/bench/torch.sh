@@ -5,7 +5,11 @@
 # run after run in turn so that drift hits all alike; prints each one's median wall ns per
 # pair and the shim's cost over the allocator alone.
 #
-# usage: tests/bench/torch.sh [RUNS [PAIRS [DEPTH]]]   (defaults: 7 1000000 20)
+# With PY=1 the loop is driven from Python instead (ctypes, DEPTH Python frames deep; the
+# harness built as a shared library), and the shim runs with GPUMEMPROF_STACKS=full (native
+# and Python frames) as well.
+#
+# usage: [PY=1] tests/bench/torch.sh [RUNS [PAIRS [DEPTH]]]   (defaults: 7 1000000 20)
 # Needs the harness built by the real-allocator test once (cargo test --test e2e_torch,
 # or the README's test command) and a release shim (cargo build --release -p gpumemprof-shim).
 set -e
@@ -15,19 +19,39 @@ exe=$(ls -t "$root"/target/*/torch/build.*/caching_allocator | head -1)
 lib=$(dirname "$exe")
 shim=$root/target/release/libgpumemprof.so
 trace=$(mktemp -u /tmp/gpumemprof-torch.XXXXXX.trace)
+modes="none off native"
+cmd=("$exe" bench "$pairs" "$depth")
+if [ "${PY:-0}" = 1 ]; then
+  modes="none off native full"
+  inc=$(ls -d "$root"/target/*/torch/extracted | head -1)
+  so="$lib/libpairs.so"
+  g++ -std=c++20 -O1 -g -fno-omit-frame-pointer -shared -fPIC -I"$inc/torch/include" \
+    -I"$inc/nvidia/cu13/include" -o "$so" "$root/tests/torch/caching_allocator.cpp" \
+    -L"$inc/torch/lib" -lc10_cuda -lc10 -Wl,-rpath,"$inc/torch/lib" -Wl,-rpath-link,"$lib"
+  cmd=(python3 -c "
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1]); lib.gpumemprof_bench_pairs.argtypes = [ctypes.c_long]
+lib.gpumemprof_bench_init()
+def nest(d, n):
+    return lib.gpumemprof_bench_pairs(n) if d == 0 else nest(d - 1, n)
+n, depth = int(sys.argv[2]), int(sys.argv[3])
+nest(depth, n // 10 + 1)
+t0 = time.perf_counter_ns(); nest(depth, n); t1 = time.perf_counter_ns()
+print(f'ns_per_pair={(t1 - t0) / n:.1f}')" "$so" "$pairs" "$depth")
+fi
 declare -A res
 for r in $(seq "$runs"); do
-  for mode in none off native; do
+  for mode in $modes; do
     if [ $mode = none ]; then pre=""; else pre="LD_PRELOAD=$shim"; fi
     out=$(env LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824 GPUMEMPROF_OUTPUT="$trace" \
-      GPUMEMPROF_QUIET=1 GPUMEMPROF_STACKS=$mode $pre "$exe" bench "$pairs" "$depth")
+      GPUMEMPROF_QUIET=1 GPUMEMPROF_STACKS=$mode $pre "${cmd[@]}")
     rm -f "$trace"
     res[$mode]+=" ${out#ns_per_pair=}"
   done
 done
 med(){ echo "$@" | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 base=$(med ${res[none]})
-for k in none off native; do
+for k in $modes; do
   m=$(med ${res[$k]})
   echo "$k: median $m ns/pair [${res[$k]} ]  over the allocator alone: $(python3 -c "print(round($m-$base,1))") ns"
 done

@@ -33,9 +33,13 @@
  *
  * With the arguments `bench PAIRS DEPTH` it times the allocator's hot path instead: PAIRS
  * allocate+free pairs of a 4 KiB tensor, DEPTH calls deep, after a warm-up; prints
- * ns_per_pair=<wall ns per pair> (tests/bench/torch.sh, BENCHMARKS.md).
+ * ns_per_pair=<wall ns per pair> (tests/bench/torch.sh, BENCHMARKS.md). Built as a shared
+ * library, gpumemprof_bench_init() and gpumemprof_bench_pairs(n) let Python drive the same
+ * loop through ctypes, so each event's stack has Python frames.
  */
+#include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
@@ -147,6 +151,35 @@ static int bench(long n, int depth)
     double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
     std::printf("ns_per_pair=%.1f\n", ns / (double)n);
     return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) void gpumemprof_bench_init()
+{
+    torch_cuda_init();
+    c10::cuda::CUDACachingAllocator::init(1);
+}
+
+extern "C" __attribute__((visibility("default"))) long gpumemprof_bench_pairs(long n)
+{
+    pairs(n);
+    return n;
+}
+
+/* What torch.profiler's memory profiling installs: c10's reportMemoryUsageToProfiler hands
+ * every block to it. Counting them shows whether PyTorch's own function still runs. */
+struct CountingReporter : public c10::MemoryReportingInfoBase {
+    long calls = 0;
+    void reportMemoryUsage(void *, int64_t, size_t, size_t, c10::Device) override { calls++; }
+    bool memoryProfilingEnabled() const override { return true; }
+};
+
+/* `n` pairs with a memory reporter installed; returns the blocks it was told of (2 n). */
+extern "C" __attribute__((visibility("default"))) long gpumemprof_reported_pairs(long n)
+{
+    auto reporter = std::make_shared<CountingReporter>();
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, reporter);
+    pairs(n);
+    return reporter->calls;
 }
 
 int main(int argc, char **argv)

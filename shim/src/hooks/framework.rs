@@ -15,7 +15,9 @@
 //! The allocator holds its own lock (and often the GIL) while it calls: nothing here takes
 //! a lock, allocates, or calls Python or CUDA. The stack is captured as for any event
 //! (frame pointers or the unwind cache; Python frames read from the thread's state). The
-//! real function is looked up on the first call (the shim is loaded before `libc10.so`).
+//! real function is looked up on the first call (the shim is loaded before `libc10.so`), with
+//! `RTLD_NEXT` or, where Python loaded PyTorch with `RTLD_LOCAL` and `RTLD_NEXT` cannot see
+//! it, in the loaded libraries' own symbol tables.
 //!
 //! ABI (torch 2.15.0, read from its `libc10.so`): `void(void* ptr, int64_t alloc_size,
 //! size_t total_allocated, size_t total_reserved, c10::Device device)`. `c10::Device` is
@@ -30,7 +32,7 @@ use crate::sys::event::{EventKind, TENSOR_FREE};
 use crate::sys::hooklist::Api;
 use gpumemprof_format::{MemKind, FRAMEWORK_PYTORCH};
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::AtomicPtr;
 
 /// Both names' signature, with the totals as the register bits they are.
 type ReportFn = unsafe extern "C" fn(*mut c_void, i64, u64, u64, u16);
@@ -44,18 +46,11 @@ const NAME_OLD: &CStr = c"_ZN3c1027reportMemoryUsageToProfilerEPvlllNS_6DeviceE"
 static NEXT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static NEXT_OLD: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The next definition of `name` after the shim (`libc10.so`'s), found once; `None` if
-/// there is none (then the call is only recorded).
+/// The next definition of `name` after the shim (`libc10.so`'s, also when Python loaded it
+/// with `RTLD_LOCAL`), found once; `None` if there is none (then the call is only recorded).
 #[inline]
 fn next(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<ReportFn> {
-    let mut p = slot.load(Ordering::Acquire);
-    if p.is_null() {
-        p = dl::lookup(libc::RTLD_NEXT, name);
-        if p.is_null() {
-            return None;
-        }
-        slot.store(p, Ordering::Release);
-    }
+    let p = dl::next_cached(slot, name)?;
     // SAFETY: the symbol of that name has this signature (see the module comment).
     Some(unsafe { std::mem::transmute::<*mut c_void, ReportFn>(p) })
 }

@@ -61,24 +61,16 @@ impl Class {
         }
     }
 
-    /// The library's definition of entry `i` (after the shim), found once.
+    /// The library's definition of entry `i` (after the shim, also when Python loaded
+    /// TensorFlow with `RTLD_LOCAL`), found once; NULL if there is none.
     fn next(&self, i: usize) -> *mut c_void {
-        let slot = &self.slots[i];
-        let p = slot.load(Ordering::Acquire);
-        if !p.is_null() {
-            return p;
-        }
         let name = [
             self.allocate,
             self.deallocate,
             self.allocated_size,
             self.memory_type,
         ][i];
-        let p = dl::lookup(libc::RTLD_NEXT, name);
-        if !p.is_null() {
-            slot.store(p, Ordering::Release);
-        }
-        p
+        dl::next_cached(&self.slots[i], name).unwrap_or(std::ptr::null_mut())
     }
 
     /// The allocator's memory is on a device, and the size of its block at `ptr`.

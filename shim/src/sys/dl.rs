@@ -74,6 +74,29 @@ pub fn find_local(name: &CStr) -> *mut c_void {
     elf::find_in_any(name, find_local as *const c_void)
 }
 
+/// The definition of `name` that comes after the shim: `RTLD_NEXT`, else one in a library
+/// `RTLD_NEXT` cannot see (loaded with `RTLD_LOCAL`, as Python loads PyTorch's and
+/// TensorFlow's extension modules and everything they link); found once, `slot` keeps the
+/// answer (`ABSENT` when there is none). `None` if there is none.
+pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void> {
+    let p = slot.load(Ordering::Acquire);
+    if p == ABSENT {
+        return None;
+    }
+    if !p.is_null() {
+        return Some(p);
+    }
+    let mut p = lookup(libc::RTLD_NEXT, name);
+    if p.is_null() {
+        p = find_local(name);
+    }
+    slot.store(if p.is_null() { ABSENT } else { p }, Ordering::Release);
+    (!p.is_null()).then_some(p)
+}
+
+/// `next_cached`'s mark of a name with no definition after the shim (never an address).
+const ABSENT: *mut c_void = 1 as *mut c_void;
+
 #[cold]
 fn resolve_real(name: &CStr, slot: &AtomicPtr<c_void>) -> *mut c_void {
     let p = elf::find_in_loaded(&[c"libc.so.6", c"libdl.so.2"], name);
