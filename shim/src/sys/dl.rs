@@ -95,7 +95,7 @@ pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void>
 }
 
 /// `next_cached`'s mark of a name with no definition after the shim (never an address).
-const ABSENT: *mut c_void = 1 as *mut c_void;
+const ABSENT: *mut c_void = std::ptr::dangling_mut::<c_void>();
 
 #[cold]
 fn resolve_real(name: &CStr, slot: &AtomicPtr<c_void>) -> *mut c_void {
