@@ -44,6 +44,17 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// When something happened between two times: `at 1.234 s`, or `from 1.234 s to 2.000 s`
+/// when the two differ as shown (times equal to the millisecond read as one).
+pub fn span(first_ns: u64, last_ns: u64) -> String {
+    let (a, b) = (secs(first_ns), secs(last_ns));
+    if a == b {
+        format!("at {a}")
+    } else {
+        format!("from {a} to {b}")
+    }
+}
+
 /// A device ordinal; the shim writes -1 when it could not tell.
 pub fn device(d: i32) -> String {
     if d < 0 {
@@ -104,6 +115,15 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A group allocated within one millisecond reads as one time.
+    #[test]
+    fn spans_read_as_one_time_when_they_print_alike() {
+        assert_eq!(span(12_189_012, 12_233_729), "at 0.012 s");
+        assert_eq!(span(12_189_012, 13_000_000), "from 0.012 s to 0.013 s");
+        assert_eq!(span(0, 0), "at 0.000 s");
+    }
+
     use super::*;
 
     #[test]

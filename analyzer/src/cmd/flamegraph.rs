@@ -44,8 +44,8 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let bytes = svg(&lines, &style).map_err(Error::Output)?;
     args.output.write(&bytes)?;
     args.output.done(&format!(
-        "flamegraph of {} stacks, {}",
-        lines.len(),
+        "flamegraph of {}, {}",
+        crate::units::plural(lines.len() as u64, "stack", "stacks"),
         snap.describe()
     ));
     Ok(())

@@ -223,10 +223,7 @@ pub fn write_summary(b: &SummaryByRange, out: &mut dyn Write) -> io::Result<()> 
 fn write_groups(out: &mut dyn Write, groups: &[RangeBytes]) -> io::Result<()> {
     for (i, g) in groups.iter().enumerate() {
         let when = match (g.first_time_ns, g.last_time_ns) {
-            (Some(a), Some(b)) if a == b => format!(", allocated at {}", units::secs(a)),
-            (Some(a), Some(b)) => {
-                format!(", allocated from {} to {}", units::secs(a), units::secs(b))
-            }
+            (Some(a), Some(b)) => format!(", allocated {}", units::span(a, b)),
             _ => String::new(),
         };
         writeln!(

@@ -167,15 +167,7 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
         } else {
             "devices"
         };
-        let when = if g.first_time_ns == g.last_time_ns {
-            format!("allocated at {}", units::secs(g.first_time_ns))
-        } else {
-            format!(
-                "allocated from {} to {}",
-                units::secs(g.first_time_ns),
-                units::secs(g.last_time_ns)
-            )
-        };
+        let when = format!("allocated {}", units::span(g.first_time_ns, g.last_time_ns));
         let (one, many) = super::level::count_words(g.kind);
         writeln!(
             out,

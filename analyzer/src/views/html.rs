@@ -211,8 +211,8 @@ fn summary(h: &mut String, p: &Page) {
         "allocations",
         &c.allocations.to_string(),
         &format!(
-            "{} frees, {} allocated",
-            c.frees,
+            "{}, {} allocated",
+            units::plural(c.frees, "free", "frees"),
             units::bytes(c.bytes_allocated)
         ),
         false,
