@@ -565,8 +565,7 @@ pub fn decode(
             })
         }
         kind::TENSOR => {
-            // A delta from the running event time that leaves it where it is (see lib.rs).
-            let d = f.i64("time delta")?;
+            let d = f.i64("time delta")?; // as NVTX's: the running time stays
             Record::Tensor(Tensor {
                 time_ns: last_time.wrapping_add(d as u64),
                 tid: f.uint("tid")?,
