@@ -11,6 +11,9 @@ use gpumemprof_format::{
     Alloc, AllocFailed, Free, MemKind, Module, PyCode, Record, Sample, Tensor, FREE_RANGE, SPACES,
 };
 
+/// (device, framework) pairs whose allocator figures are kept; a real job has a few.
+const MAX_ALLOCATORS: usize = 256;
+
 /// Everything the reports need, once the stream has been consumed.
 #[derive(Debug, Clone, Default)]
 pub struct Replayed {
@@ -162,17 +165,21 @@ impl Replay {
         let figures = match (self.allocators.iter())
             .position(|f| (f.device, f.framework) == (t.device, t.framework))
         {
-            Some(i) => &mut self.allocators[i],
+            Some(i) => Some(&mut self.allocators[i]),
+            // A damaged trace naming thousands of devices: no figures for the rest.
+            None if self.allocators.len() >= MAX_ALLOCATORS => None,
             None => {
                 self.allocators.push(AllocatorFigures {
                     device: t.device,
                     framework: t.framework,
                     ..AllocatorFigures::default()
                 });
-                self.allocators.last_mut().expect("just pushed")
+                self.allocators.last_mut()
             }
         };
-        figures.apply(t);
+        if let Some(figures) = figures {
+            figures.apply(t);
+        }
         if t.delta >= 0 {
             self.alloc(&Alloc {
                 time_ns: t.time_ns,

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The allocator holds its own lock (and often the GIL) while it calls: nothing here takes
-//! a lock, allocates, or calls Python or CUDA. The stack is captured as for any event
+//! a lock, allocates, or calls Python or CUDA, but for the first call's lookup of the real
+//! function (the dynamic loader's lock, once per process). The stack is captured as for any event
 //! (frame pointers or the unwind cache; Python frames read from the thread's state). The
 //! real function is looked up on the first call (the shim is loaded before `libc10.so`), with
 //! `RTLD_NEXT` or, where Python loaded PyTorch with `RTLD_LOCAL` and `RTLD_NEXT` cannot see

@@ -11,9 +11,10 @@ pub enum EventKind {
     /// An NVTX range or mark (`hooks/nvtx.rs`): `mem` holds the `NvtxOp`, `address` the domain's
     /// name id, `size` the message's name id, `aux` the start/end range id.
     Nvtx,
-    /// A framework allocator's tensor (`hooks/framework.rs`): `result` holds the framework
-    /// (`gpumemprof_format::FRAMEWORK_*`), `size` the bytes, `aux` `TENSOR_FREE` for a free, `stream` and `pool` the
-    /// allocator's allocated and reserved bytes after the change.
+    /// A framework allocator's tensor (`hooks/framework.rs`, `hooks/tensorflow.rs`):
+    /// `result` holds the framework (`gpumemprof_format::FRAMEWORK_*`), `size` the bytes,
+    /// `aux` `TENSOR_FREE` for a free, `stream` and `pool` the allocator's allocated and
+    /// reserved bytes after the change.
     Tensor,
 }
 
