@@ -11,9 +11,9 @@ mod schema;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use gpumemprof_tests::profiled::{report, scratch};
+use gpumemprof_tests::profiled::{preload, report, scratch};
 use gpumemprof_tests::tensorflow::harness;
-use gpumemprof_tests::{shim_path, source_line_of, SIM_ENV};
+use gpumemprof_tests::{source_line_of, SIM_ENV};
 use serde_json::json;
 
 const MIB: u64 = 1 << 20;
@@ -29,9 +29,7 @@ fn tensorflows_bfc_allocator_is_seen_as_tensors_at_the_users_line() {
             cmd.env_remove(var);
         }
         if traced {
-            cmd.env("LD_PRELOAD", shim_path())
-                .env("GPUMEMPROF_OUTPUT", &trace)
-                .env("GPUMEMPROF_NVML_MS", "0");
+            preload(&mut cmd, &trace);
         }
         let out = cmd.output().expect("run the harness");
         assert_eq!(

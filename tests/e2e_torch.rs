@@ -10,11 +10,11 @@
 mod schema;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use gpumemprof_tests::profiled::{report, scratch};
+use gpumemprof_tests::profiled::{preload, report, scratch};
+use gpumemprof_tests::source_line_of;
 use gpumemprof_tests::torch::harness;
-use gpumemprof_tests::{shim_path, source_line_of, SIM_ENV};
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
@@ -32,17 +32,10 @@ fn run_with(trace: Option<&std::path::Path>, args: &[&str]) -> Output {
 /// `run_with`, with `env` added (the allocator's configuration).
 fn run_env(trace: Option<&std::path::Path>, args: &[&str], env: &[(&str, &str)]) -> Output {
     let h = harness();
-    let mut cmd = Command::new(&h.exe);
+    let mut cmd = h.command(&h.exe);
     cmd.args(args).envs(env.iter().copied());
-    for var in SIM_ENV {
-        cmd.env_remove(var);
-    }
-    cmd.env("LD_LIBRARY_PATH", &h.lib_dir)
-        .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string());
     if let Some(t) = trace {
-        cmd.env("LD_PRELOAD", shim_path())
-            .env("GPUMEMPROF_OUTPUT", t)
-            .env("GPUMEMPROF_NVML_MS", "0");
+        preload(&mut cmd, t);
     }
     let out = cmd.output().expect("run the harness");
     assert_eq!(
@@ -52,6 +45,16 @@ fn run_env(trace: Option<&std::path::Path>, args: &[&str], env: &[(&str, &str)])
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// `summary`'s row of memory kind `kind` (device 0, the only one).
+fn row<'a>(summary: &'a Value, kind: &str) -> &'a Value {
+    summary["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["kind"] == kind)
+        .unwrap_or_else(|| panic!("a {kind} row"))
 }
 
 /// The harness's `key=value` lines.
@@ -105,12 +108,7 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
             "cached_bytes": n(&f, "reserved_peak") - n(&f, "allocated"),
         }])
     );
-    let tensor_row = s["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["kind"] == "tensor")
-        .expect("a tensor row");
+    let tensor_row = row(&s, "tensor");
     assert_eq!(
         (
             &tensor_row["allocations"],
@@ -432,16 +430,7 @@ fn record_stream_and_empty_cache() {
         (12 * MIB, 20 * MIB)
     );
     let s = report("summary", &trace, &[]);
-    let row = |kind: &str| {
-        s["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["kind"] == kind)
-            .cloned()
-            .unwrap_or_else(|| panic!("a {kind} row"))
-    };
-    let (t, d) = (row("tensor"), row("device"));
+    let (t, d) = (row(&s, "tensor"), row(&s, "device"));
     assert_eq!(
         (&t["allocations"], &t["frees"], &t["live_bytes_at_end"]),
         (
@@ -482,16 +471,7 @@ fn expandable_segments_map_what_the_tensors_use() {
         f["oom"]
     );
     let s = report("summary", &trace, &[]);
-    let row = |kind: &str| {
-        s["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["kind"] == kind)
-            .cloned()
-            .unwrap_or_else(|| panic!("a {kind} row"))
-    };
-    let (t, d) = (row("tensor"), row("device"));
+    let (t, d) = (row(&s, "tensor"), row(&s, "device"));
     assert_eq!(
         (&t["allocations"], &t["peak_bytes"], &t["live_bytes_at_end"]),
         (
@@ -530,13 +510,8 @@ fn pytorchs_own_function_still_runs_when_python_loads_it_locally() {
     let dir = scratch("torch_rtld_local");
     let trace = dir.join("python.trace");
     let run = |traced: bool| {
-        let mut cmd = Command::new("python3");
-        for var in SIM_ENV {
-            cmd.env_remove(var);
-        }
-        cmd.env("LD_LIBRARY_PATH", &h.lib_dir)
-            .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string())
-            .arg("-c")
+        let mut cmd = h.command("python3");
+        cmd.arg("-c")
             .arg(
                 "import ctypes, sys\n\
                  lib = ctypes.CDLL(sys.argv[1])\n\
@@ -545,9 +520,7 @@ fn pytorchs_own_function_still_runs_when_python_loads_it_locally() {
             )
             .arg(&h.lib);
         if traced {
-            cmd.env("LD_PRELOAD", shim_path())
-                .env("GPUMEMPROF_OUTPUT", &trace)
-                .env("GPUMEMPROF_NVML_MS", "0");
+            preload(&mut cmd, &trace);
         }
         let out = cmd.output().expect("run python3");
         assert_eq!(

@@ -260,16 +260,7 @@ fn pytorchs_tensors_are_blocks_inside_their_segments() {
     let h = gpumemprof_tests::torch::harness();
     let dir = scratch("torch_snapshot_tensors");
     let trace = dir.join("harness.trace");
-    let mut cmd = Command::new(&h.exe);
-    for var in gpumemprof_tests::SIM_ENV {
-        cmd.env_remove(var);
-    }
-    let out = cmd
-        .env("LD_LIBRARY_PATH", &h.lib_dir)
-        .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string())
-        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
-        .env("GPUMEMPROF_OUTPUT", &trace)
-        .env("GPUMEMPROF_NVML_MS", "0")
+    let out = preload(&mut h.command(&h.exe), &trace)
         .output()
         .expect("run the harness");
     assert_eq!(out.status.code(), Some(0), "{out:?}");

@@ -44,6 +44,14 @@ pub fn run_profiled(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)])
     Run { output, trace }
 }
 
+/// `cmd` under the shim, its trace written to `trace`, without NVML sampling (so a test's
+/// numbers are the program's own).
+pub fn preload<'a>(cmd: &'a mut Command, trace: &Path) -> &'a mut Command {
+    cmd.env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", trace)
+        .env("GPUMEMPROF_NVML_MS", "0")
+}
+
 /// Runs a built C program without the shim.
 pub fn run_plain(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = program_command(name);

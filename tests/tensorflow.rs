@@ -43,29 +43,24 @@ pub fn harness() -> &'static PathBuf {
         std::fs::create_dir_all(&dir).expect("create the tensorflow build folder");
         let exe = dir.join("bfc_allocator");
         // The simulated runtime first: TensorFlow's library carries its own `cuda*` stubs.
-        let out = Command::new("g++")
-            .args(["-std=c++17", "-g", "-O1", "-fno-omit-frame-pointer"])
-            .arg("-Wno-deprecated-declarations")
-            .arg("-I")
-            .arg(tf.join("include"))
-            .arg("-I")
-            .arg(repo_root().join("tests/sim/include"))
-            .arg("-o")
-            .arg(&exe)
-            .arg(repo_root().join("tests/tensorflow/bfc_allocator.cpp"))
-            .arg(format!("-L{}", sim_dir().display()))
-            .arg("-lcudart")
-            .arg(format!("-Wl,-rpath,{}", sim_dir().display()))
-            .arg(format!("-L{}", tf.display()))
-            .arg("-l:libtensorflow_framework.so.2")
-            .arg(format!("-Wl,-rpath,{}", tf.display()))
-            .output()
-            .expect("run g++");
-        assert!(
-            out.status.success(),
-            "building tests/tensorflow/bfc_allocator.cpp against libtensorflow_framework.so.2 \
-             failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        crate::wheels::built(
+            Command::new("g++")
+                .args(["-std=c++17", "-g", "-O1", "-fno-omit-frame-pointer"])
+                .arg("-Wno-deprecated-declarations")
+                .arg("-I")
+                .arg(tf.join("include"))
+                .arg("-I")
+                .arg(repo_root().join("tests/sim/include"))
+                .arg("-o")
+                .arg(&exe)
+                .arg(repo_root().join("tests/tensorflow/bfc_allocator.cpp"))
+                .arg(format!("-L{}", sim_dir().display()))
+                .arg("-lcudart")
+                .arg(format!("-Wl,-rpath,{}", sim_dir().display()))
+                .arg(format!("-L{}", tf.display()))
+                .arg("-l:libtensorflow_framework.so.2")
+                .arg(format!("-Wl,-rpath,{}", tf.display())),
+            "building tests/tensorflow/bfc_allocator.cpp against libtensorflow_framework.so.2",
         );
         exe
     })

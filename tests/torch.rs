@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::wheels::built;
 use crate::{repo_root, sim_dir, target_dir};
 
 /// The pinned wheels (the torch version whose allocator entry points the shim hooks).
@@ -35,6 +36,21 @@ pub struct Harness {
     pub torch_lib: PathBuf,
 }
 
+impl Harness {
+    /// `program` (the harness, or Python driving its library) on the simulated GPU of
+    /// 1 GiB: the simulator's variables of the test process cleared, the stand-in
+    /// libraries found through `LD_LIBRARY_PATH`.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        for var in crate::SIM_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.env("LD_LIBRARY_PATH", &self.lib_dir)
+            .env("SIMCUDA_CAPACITY", (1u64 << 30).to_string());
+        cmd
+    }
+}
+
 /// The harness, downloaded and built on first use (see the module comment).
 pub fn harness() -> &'static Harness {
     static BUILT: OnceLock<Harness> = OnceLock::new();
@@ -47,67 +63,43 @@ pub fn harness() -> &'static Harness {
         std::fs::create_dir_all(&dir).expect("create the torch build folder");
         let cu13 = root.join("nvidia/cu13/include");
         let sim = repo_root().join("tests/sim");
-        let cc = |args: &[&std::ffi::OsStr], what: &str| {
-            let out = Command::new(args[0])
-                .args(&args[1..])
-                .output()
-                .unwrap_or_else(|e| panic!("run {:?}: {e}", args[0]));
-            assert!(
-                out.status.success(),
-                "{what} failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        let (o_sim, o_13) = (dir.join("cudart_sim.o"), dir.join("cudart13.o"));
+        let compile = |include: &Path, source: &str, object: &Path, what: &str| {
+            built(
+                Command::new("cc")
+                    .args(["-c", "-fPIC", "-O1", "-g", "-I"])
+                    .arg(include)
+                    .arg(sim.join(source))
+                    .arg("-o")
+                    .arg(object),
+                what,
+            )
         };
-        let os = |s: &Path| s.as_os_str().to_owned();
-        let o_sim = dir.join("cudart_sim.o");
-        let o_13 = dir.join("cudart13.o");
-        cc(
-            &[
-                "cc".as_ref(),
-                "-c".as_ref(),
-                "-fPIC".as_ref(),
-                "-O1".as_ref(),
-                "-g".as_ref(),
-                "-I".as_ref(),
-                &os(&sim.join("include")),
-                &os(&sim.join("cudart_sim.c")),
-                "-o".as_ref(),
-                &os(&o_sim),
-            ],
+        compile(
+            &sim.join("include"),
+            "cudart_sim.c",
+            &o_sim,
             "compiling cudart_sim.c",
         );
-        cc(
-            &[
-                "cc".as_ref(),
-                "-c".as_ref(),
-                "-fPIC".as_ref(),
-                "-O1".as_ref(),
-                "-g".as_ref(),
-                "-I".as_ref(),
-                &os(&cu13),
-                &os(&sim.join("cudart13.c")),
-                "-o".as_ref(),
-                &os(&o_13),
-            ],
+        compile(
+            &cu13,
+            "cudart13.c",
+            &o_13,
             "compiling cudart13.c against the CUDA 13 headers",
         );
-        let map = format!(
-            "-Wl,--version-script={}",
-            sim.join("libcudart13.map").display()
-        );
-        cc(
-            &[
-                "cc".as_ref(),
-                "-shared".as_ref(),
-                "-o".as_ref(),
-                &os(&dir.join("libcudart.so.13")),
-                "-Wl,-soname,libcudart.so.13".as_ref(),
-                map.as_ref(),
-                "-Wl,-rpath,$ORIGIN".as_ref(),
-                &os(&o_sim),
-                &os(&o_13),
-                "-ldl".as_ref(),
-            ],
+        built(
+            Command::new("cc")
+                .arg("-shared")
+                .arg("-o")
+                .arg(dir.join("libcudart.so.13"))
+                .arg("-Wl,-soname,libcudart.so.13")
+                .arg(format!(
+                    "-Wl,--version-script={}",
+                    sim.join("libcudart13.map").display()
+                ))
+                .arg("-Wl,-rpath,$ORIGIN")
+                .args([&o_sim, &o_13])
+                .arg("-ldl"),
             "linking libcudart.so.13",
         );
         // The simulated driver the runtime dlopens, beside it, and NVML, which c10 opens
@@ -117,57 +109,38 @@ pub fn harness() -> &'static Harness {
                 .unwrap_or_else(|e| panic!("copy the simulated {lib}: {e}"));
         }
         let torch_lib = root.join("torch/lib");
+        // The harness as a program, and the same source as a library Python loads with
+        // ctypes (RTLD_LOCAL, as Python loads PyTorch's extension modules and what they
+        // link).
+        let harness = |extra: &[&str], out: &Path, what: &str| {
+            built(
+                Command::new("g++")
+                    .args(["-std=c++20", "-g", "-O1", "-fno-omit-frame-pointer"])
+                    .args(extra)
+                    .arg("-I")
+                    .arg(root.join("torch/include"))
+                    .arg("-I")
+                    .arg(&cu13)
+                    .arg("-o")
+                    .arg(out)
+                    .arg(repo_root().join("tests/torch/caching_allocator.cpp"))
+                    .arg(format!("-L{}", torch_lib.display()))
+                    .args(["-lc10_cuda", "-lc10"])
+                    .arg(format!("-Wl,-rpath,{}", torch_lib.display()))
+                    .arg(format!("-Wl,-rpath-link,{}", dir.display())),
+                what,
+            )
+        };
         let exe = dir.join("caching_allocator");
-        let rpath = format!("-Wl,-rpath,{}", torch_lib.display());
-        let rpath_link = format!("-Wl,-rpath-link,{}", dir.display());
-        let lib_flag = format!("-L{}", torch_lib.display());
-        cc(
-            &[
-                "g++".as_ref(),
-                "-std=c++20".as_ref(),
-                "-g".as_ref(),
-                "-O1".as_ref(),
-                "-fno-omit-frame-pointer".as_ref(),
-                "-I".as_ref(),
-                &os(&root.join("torch/include")),
-                "-I".as_ref(),
-                &os(&cu13),
-                "-o".as_ref(),
-                &os(&exe),
-                &os(&repo_root().join("tests/torch/caching_allocator.cpp")),
-                lib_flag.as_ref(),
-                "-lc10_cuda".as_ref(),
-                "-lc10".as_ref(),
-                rpath.as_ref(),
-                rpath_link.as_ref(),
-            ],
+        harness(
+            &[],
+            &exe,
             "building tests/torch/caching_allocator.cpp against libc10_cuda.so",
         );
-        // The same source as a library Python loads with ctypes (RTLD_LOCAL, as Python loads
-        // PyTorch's extension modules and what they link).
         let lib = dir.join("libcaching_allocator.so");
-        cc(
-            &[
-                "g++".as_ref(),
-                "-std=c++20".as_ref(),
-                "-g".as_ref(),
-                "-O1".as_ref(),
-                "-fno-omit-frame-pointer".as_ref(),
-                "-shared".as_ref(),
-                "-fPIC".as_ref(),
-                "-I".as_ref(),
-                &os(&root.join("torch/include")),
-                "-I".as_ref(),
-                &os(&cu13),
-                "-o".as_ref(),
-                &os(&lib),
-                &os(&repo_root().join("tests/torch/caching_allocator.cpp")),
-                lib_flag.as_ref(),
-                "-lc10_cuda".as_ref(),
-                "-lc10".as_ref(),
-                rpath.as_ref(),
-                rpath_link.as_ref(),
-            ],
+        harness(
+            &["-shared", "-fPIC"],
+            &lib,
             "building tests/torch/caching_allocator.cpp as a shared library",
         );
         Harness {

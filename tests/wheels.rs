@@ -77,3 +77,15 @@ pub fn extracted(name: &str, pins: &[&str], keep: &[&str]) -> PathBuf {
     std::fs::write(&marker, want).expect("write the wheels marker");
     out
 }
+
+/// Runs a build step of a harness; panics with its stderr, naming `what`, if it fails.
+pub fn built(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {:?}: {e}", cmd.get_program()));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

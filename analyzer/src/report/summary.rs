@@ -191,42 +191,8 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
     if report.allocators.is_empty() {
         report.framework.write_text(out)?;
     } else {
-        for a in report
-            .allocators
-            .iter()
-            .filter(|a| a.framework == "tensorflow")
-        {
-            writeln!(
-                out,
-                "TensorFlow BFC allocator, device {}: {} tensors allocated, {} freed; peak \
-                 allocated {}; at its last tensor event {} allocated (its regions are the \
-                 device rows)",
-                units::device(a.device),
-                a.tensor_allocations,
-                a.tensor_frees,
-                units::bytes(a.allocated_peak_bytes),
-                units::bytes(a.allocated_bytes),
-            )?;
-        }
-        for a in report
-            .allocators
-            .iter()
-            .filter(|a| a.framework != "tensorflow")
-        {
-            writeln!(
-                out,
-                "PyTorch caching allocator, device {}: {} tensors allocated, {} freed; peak \
-                 allocated {}, peak reserved {}; at its last tensor event {} allocated, {} \
-                 reserved ({} cached in no tensor)",
-                units::device(a.device),
-                a.tensor_allocations,
-                a.tensor_frees,
-                units::bytes(a.allocated_peak_bytes),
-                units::bytes(a.reserved_peak_bytes),
-                units::bytes(a.allocated_bytes),
-                units::bytes(a.reserved_bytes),
-                units::bytes(a.cached_bytes)
-            )?;
+        for a in &report.allocators {
+            writeln!(out, "{}", allocator_line(a))?;
         }
         writeln!(
             out,
@@ -287,6 +253,41 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
         super::by_range::write_summary(b, out)?;
     }
     Ok(())
+}
+
+/// One allocator's figures in text. TensorFlow's BFC allocator reports no reserved
+/// figure: its regions are the device rows.
+fn allocator_line(a: &AllocatorRow) -> String {
+    let b = units::bytes;
+    let tf = a.framework == "tensorflow";
+    let name = if tf {
+        "TensorFlow BFC allocator"
+    } else {
+        "PyTorch caching allocator"
+    };
+    let mut s = format!(
+        "{name}, device {}: {} tensors allocated, {} freed; peak allocated {}",
+        units::device(a.device),
+        a.tensor_allocations,
+        a.tensor_frees,
+        b(a.allocated_peak_bytes)
+    );
+    if tf {
+        s += &format!(
+            "; at its last tensor event {} allocated (its regions are the device rows)",
+            b(a.allocated_bytes)
+        );
+    } else {
+        s += &format!(
+            ", peak reserved {}; at its last tensor event {} allocated, {} reserved ({} cached \
+             in no tensor)",
+            b(a.reserved_peak_bytes),
+            b(a.allocated_bytes),
+            b(a.reserved_bytes),
+            b(a.cached_bytes)
+        );
+    }
+    s
 }
 
 fn line(out: &mut dyn Write, device: &str, kind: &str, c: &Counts) -> io::Result<()> {

@@ -48,8 +48,6 @@ pub struct Process {
     pub pid: i64,
     pub host: Option<ByteArray>,
     pub path: ByteArray,
-    /// API names by number, from the header.
-    pub apis: HashMap<u16, String>,
 }
 
 /// What the row needs beyond the replay's `LiveAlloc`, kept while it is live.
@@ -102,8 +100,9 @@ pub struct AllocationRows<'t> {
 }
 
 impl<'t> AllocationRows<'t> {
-    pub fn new(table: &'t mut Table, process: Process) -> Self {
-        let apis = (process.apis.iter())
+    /// `apis`: the header's API names by number.
+    pub fn new(table: &'t mut Table, process: Process, apis: &HashMap<u16, String>) -> Self {
+        let apis = (apis.iter())
             .map(|(&n, a)| (n, ByteArray::from(a.as_str())))
             .collect();
         AllocationRows {

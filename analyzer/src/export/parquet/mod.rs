@@ -188,10 +188,9 @@ fn one_trace(
         pid: int("pid").unwrap_or(0),
         host: host.as_deref().map(ByteArray::from),
         path: ByteArray::from(path_text.as_str()),
-        apis: api_names(&header),
     };
     let rows_before = allocations.rows();
-    let mut rows = AllocationRows::new(allocations, process);
+    let mut rows = AllocationRows::new(allocations, process, &api_names(&header));
     let loaded = replay_observed(reader, &mut [&mut rows]).map_err(|e| read_error(path, e))?;
     warn_truncated(path, &loaded);
     rows.finish()?;

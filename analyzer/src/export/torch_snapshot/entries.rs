@@ -311,6 +311,31 @@ impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
             }
         }
     }
+
+    /// One entry per `(action, stack)` for allocation `a` on `stream`.
+    fn emit_all(&mut self, a: &LiveAlloc, stream: u64, actions: &[(&'static str, u64)]) {
+        for &(action, stack) in actions {
+            self.emit(Entry {
+                action,
+                addr_key: "addr",
+                addr: a.address,
+                size: a.size,
+                stream,
+                stack,
+            });
+        }
+    }
+
+    /// The stack of a release's request: the free's, else the allocation's (as PyTorch
+    /// with context recording "all": the free's stack on the request and the segment's
+    /// release, the allocation's on completion).
+    fn free_stack(&self, a: &LiveAlloc) -> u64 {
+        if self.free_stack != 0 {
+            self.free_stack
+        } else {
+            a.stack
+        }
+    }
 }
 
 impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
@@ -353,33 +378,15 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
         for change in changes {
             match change {
                 LiveChange::Added(a) if a.device == self.device && tensor(a.kind, a.device) => {
-                    self.emit(Entry {
-                        action: "alloc",
-                        addr_key: "addr",
-                        addr: a.address,
-                        size: a.size,
-                        stream: 0,
-                        stack: a.stack,
-                    });
+                    self.emit_all(a, 0, &[("alloc", a.stack)]);
                 }
                 LiveChange::Released(a) if a.device == self.device && tensor(a.kind, a.device) => {
-                    let free_stack = if self.free_stack != 0 {
-                        self.free_stack
-                    } else {
-                        a.stack
-                    };
-                    for (action, stack) in
-                        [("free_requested", free_stack), ("free_completed", a.stack)]
-                    {
-                        self.emit(Entry {
-                            action,
-                            addr_key: "addr",
-                            addr: a.address,
-                            size: a.size,
-                            stream: 0,
-                            stack,
-                        });
-                    }
+                    let requested = self.free_stack(a);
+                    self.emit_all(
+                        a,
+                        0,
+                        &[("free_requested", requested), ("free_completed", a.stack)],
+                    );
                 }
                 LiveChange::Added(a) if a.device == self.device && exported(a.kind, a.device) => {
                     let (stream, mapped) = self.extras.added(a);
@@ -388,54 +395,28 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
                     } else {
                         "segment_alloc"
                     };
-                    let actions: &[&str] = if self.tensors {
-                        &[segment]
-                    } else {
-                        &[segment, "alloc"]
-                    };
-                    for &action in actions {
-                        self.emit(Entry {
-                            action,
-                            addr_key: "addr",
-                            addr: a.address,
-                            size: a.size,
-                            stream,
-                            stack: a.stack,
-                        });
-                    }
+                    // With tensors in the trace, they are the blocks: a segment is only one.
+                    let all = [(segment, a.stack), ("alloc", a.stack)];
+                    let actions = if self.tensors { &all[..1] } else { &all[..] };
+                    self.emit_all(a, stream, actions);
                 }
                 LiveChange::Released(a)
                     if a.device == self.device && exported(a.kind, a.device) =>
                 {
                     let (stream, mapped) = self.extras.released(a);
-                    // As PyTorch with context recording "all": the free's stack on the
-                    // request and the segment's release, the allocation's on completion.
-                    let free_stack = if self.free_stack != 0 {
-                        self.free_stack
-                    } else {
-                        a.stack
-                    };
+                    let requested = self.free_stack(a);
                     let segment = if mapped {
                         "segment_unmap"
                     } else {
                         "segment_free"
                     };
                     let all = [
-                        ("free_requested", free_stack),
+                        ("free_requested", requested),
                         ("free_completed", a.stack),
-                        (segment, free_stack),
+                        (segment, requested),
                     ];
                     let actions = if self.tensors { &all[2..] } else { &all[..] };
-                    for &(action, stack) in actions {
-                        self.emit(Entry {
-                            action,
-                            addr_key: "addr",
-                            addr: a.address,
-                            size: a.size,
-                            stream,
-                            stack,
-                        });
-                    }
+                    self.emit_all(a, stream, actions);
                 }
                 _ => {}
             }
