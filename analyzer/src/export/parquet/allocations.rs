@@ -6,7 +6,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use gpumemprof_format::{AllocFailed, MemKind, Record};
+use gpumemprof_format::{AllocFailed, MemKind, Record, FRAMEWORK_TENSORFLOW};
 use parquet::data_type::ByteArray;
 
 use super::table::Table;
@@ -38,9 +38,10 @@ pub const SCHEMA: &str = "message allocation {
     required binary path (STRING);
 }";
 
-/// The `api` of a tensor row: PyTorch's allocator entry point, which the header's `apis`
-/// table (the hooked CUDA and HIP functions) does not list.
-const TENSOR_API: u16 = u16::MAX;
+/// The `api` of a tensor row: the framework allocator's entry point, which the header's
+/// `apis` table (the hooked CUDA and HIP functions) does not list.
+const TENSOR_API_PYTORCH: u16 = u16::MAX;
+const TENSOR_API_TENSORFLOW: u16 = u16::MAX - 1;
 
 /// What a trace's rows share.
 pub struct Process {
@@ -121,8 +122,10 @@ impl<'t> AllocationRows<'t> {
     }
 
     fn api(&self, api: u16) -> ByteArray {
-        if api == TENSOR_API {
-            return ByteArray::from("c10::reportMemoryUsageToProfiler");
+        match api {
+            TENSOR_API_PYTORCH => return ByteArray::from("c10::reportMemoryUsageToProfiler"),
+            TENSOR_API_TENSORFLOW => return ByteArray::from("tsl::BFCAllocator::AllocateRaw"),
+            _ => {}
         }
         self.apis
             .get(&api)
@@ -249,7 +252,10 @@ impl Observer for AllocationRows<'_> {
         self.seq += 1;
         self.current = match record {
             Record::Alloc(a) => Some((a.api, a.tid)),
-            Record::Tensor(t) => Some((TENSOR_API, t.tid)),
+            Record::Tensor(t) if t.framework == FRAMEWORK_TENSORFLOW => {
+                Some((TENSOR_API_TENSORFLOW, t.tid))
+            }
+            Record::Tensor(t) => Some((TENSOR_API_PYTORCH, t.tid)),
             _ => None,
         };
         if let Record::AllocFailed(f) = record {
