@@ -138,7 +138,7 @@ fn tensor(
             .fetch_sub(size as u64, Ordering::AcqRel)
             .saturating_sub(size as u64)
     } else {
-        total.fetch_add(size as u64, Ordering::AcqRel) + size as u64
+        (total.fetch_add(size as u64, Ordering::AcqRel)).wrapping_add(size as u64)
     };
     let mut r = Rec::new(EventKind::Tensor, Api::_None, time_ns);
     r.mem = MemKind::Tensor;

@@ -217,7 +217,7 @@ impl WriterCore {
                 address: ev.address,
                 // The size is a byte count below 2^63; `aux` says a free.
                 delta: if ev.aux == TENSOR_FREE {
-                    -(ev.size as i64)
+                    (ev.size as i64).wrapping_neg()
                 } else {
                     ev.size as i64
                 },

@@ -136,7 +136,10 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
         mapped: bool,
         tensors: Option<&[&LiveAlloc]>,
     ) -> io::Result<()> {
-        let used = tensors.map_or(a.size, |t| t.iter().map(|b| b.size).sum());
+        let used = tensors.map_or(a.size, |t| {
+            // Saturating: hostile traces can claim sizes that add past u64.
+            t.iter().fold(0u64, |sum, b| sum.saturating_add(b.size))
+        });
         self.p.empty_dict()?;
         self.p.mark()?;
         self.key_uint("device", a.device.max(0) as u64)?;
