@@ -368,3 +368,55 @@ fn a_free_of_memory_allocated_where_the_shim_cannot_see_is_an_unknown_free() {
     assert_eq!(s["failed_frees"], 0);
     assert_eq!(s["totals"]["live_bytes_at_end"], 0);
 }
+
+/// A runtime with no `cudaGetDevice` and no driver in the process (`bare_runtime.c`): the
+/// allocations go on the only device, the profiler says so once, and the torch-snapshot
+/// export keeps them (it dropped every one while they were on device "?").
+#[test]
+fn a_runtime_without_get_device_puts_allocations_on_the_only_device_and_says_so_once() {
+    let dir = scratch("bare_runtime");
+    let lib = gpumemprof_tests::shared_library("bare_runtime");
+    let run = run_profiled(
+        &dir,
+        "bare_runtime_user",
+        &[lib.to_str().unwrap(), "100", "3"],
+        &[("GPUMEMPROF_NVML_MS", "0")],
+    );
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stdout(), "pairs=100 kept=3\n");
+    let stderr = run.stderr();
+    let said: Vec<&str> = shim_lines(&stderr)
+        .into_iter()
+        .filter(|l| l.contains("warning"))
+        .collect();
+    assert_eq!(
+        said,
+        ["gpumemprof: warning: the CUDA runtime has no cudaGetDevice; its allocations are put \
+          on the only device, device 0"],
+        "{stderr}"
+    );
+
+    let s = report("summary", &run.trace, &[]);
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["device"], 0);
+    assert_eq!(rows[0]["allocations"], 103);
+    assert_eq!(rows[0]["frees"], 100);
+    assert_eq!(rows[0]["live_bytes_at_end"], 6 * MIB);
+
+    let pickle = dir.join("bare.pickle");
+    let out = analyzer()
+        .args(["export", "--format", "torch-snapshot"])
+        .arg(&run.trace)
+        .arg("-o")
+        .arg(&pickle)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stderr);
+    // 103 allocations and 100 frees, each an alloc entry and a segment entry.
+    assert!(
+        said.contains("506 trace entries on 1 device, 3 segments live at the end"),
+        "{said}"
+    );
+}

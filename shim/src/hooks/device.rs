@@ -9,9 +9,9 @@
 //! calls from a background thread can create contexts or break stream capture).
 
 use super::Family;
-use crate::sys::dl;
+use crate::sys::{diag, dl};
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
 /// Per family: a handle of the library its hooked functions came from (NULL until one
 /// was seen).
@@ -68,8 +68,25 @@ impl Helper {
         }
     }
 
+    /// The helper, or `None` when the library lacks it. A miss in the family's own
+    /// library is remembered (`ABSENT`): a runtime without `cudaGetDevice` would
+    /// otherwise cost a symbol-table search on every event. A miss before that library
+    /// is known (an `RTLD_NEXT` guess) is asked again next time.
     fn get(&self) -> Option<*mut c_void> {
+        self.find(false)
+    }
+
+    /// `get`, remembering a miss even when it was only an `RTLD_NEXT` guess: for a
+    /// helper of another family, asked on every event of a library that lacks its own.
+    fn get_once(&self) -> Option<*mut c_void> {
+        self.find(true)
+    }
+
+    fn find(&self, remember_any_miss: bool) -> Option<*mut c_void> {
         let p = self.ptr.load(Ordering::Acquire);
+        if p == ABSENT {
+            return None;
+        }
         if !p.is_null() {
             return Some(p);
         }
@@ -77,12 +94,18 @@ impl Helper {
         let handle = if lib.is_null() { libc::RTLD_NEXT } else { lib };
         let p = dl::lookup(handle, self.name);
         if p.is_null() {
+            if !lib.is_null() || remember_any_miss {
+                self.ptr.store(ABSENT, Ordering::Release);
+            }
             return None;
         }
         self.ptr.store(p, Ordering::Release);
         Some(p)
     }
 }
+
+/// `Helper::ptr`'s mark of a helper the library does not have (never an address).
+const ABSENT: *mut c_void = std::ptr::dangling_mut::<c_void>();
 
 static CUDA_GET_DEVICE: Helper = Helper::new(Family::Runtime, c"cudaGetDevice");
 static CUDA_POINTER_ATTRS: Helper = Helper::new(Family::Runtime, c"cudaPointerGetAttributes");
@@ -92,21 +115,33 @@ static CU_POINTER_ATTR: Helper = Helper::new(Family::Driver, c"cuPointerGetAttri
 static CU_MEM_GET_INFO: Helper = Helper::new(Family::Driver, c"cuMemGetInfo_v2");
 static CU_PROPS_FROM_HANDLE: Helper =
     Helper::new(Family::Driver, c"cuMemGetAllocationPropertiesFromHandle");
+static CUDA_DEVICE_COUNT: Helper = Helper::new(Family::Runtime, c"cudaGetDeviceCount");
+static CU_DEVICE_COUNT: Helper = Helper::new(Family::Driver, c"cuDeviceGetCount");
 static HIP_GET_DEVICE: Helper = Helper::new(Family::Hip, c"hipGetDevice");
+static HIP_DEVICE_COUNT: Helper = Helper::new(Family::Hip, c"hipGetDeviceCount");
 static HIP_MEM_GET_INFO: Helper = Helper::new(Family::Hip, c"hipMemGetInfo");
 static HIP_PROPS_FROM_HANDLE: Helper =
     Helper::new(Family::Hip, c"hipMemGetAllocationPropertiesFromHandle");
 
-/// The calling thread's current device (-1 if the library cannot say).
+/// The calling thread's current device; when the library has no way to say (a runtime
+/// without `cudaGetDevice`), the current context's device, else the only device, with
+/// one warning (see `fallback`); -1 if none of these can be known.
 pub fn current(family: Family) -> i32 {
     let helper = match family {
         Family::Runtime => &CUDA_GET_DEVICE,
         Family::Driver => &CU_CTX_GET_DEVICE,
         Family::Hip => &HIP_GET_DEVICE,
     };
-    let Some(f) = helper.get() else { return -1 };
-    // SAFETY: cudaGetDevice(int*), cuCtxGetDevice(CUdevice*) and hipGetDevice(int*)
-    // share this signature.
+    match helper.get() {
+        Some(f) => asked(f),
+        None => fallback(family, helper.name),
+    }
+}
+
+/// The device (or count) a get-device helper `f` reports (-1 when it fails).
+fn asked(f: *mut c_void) -> i32 {
+    // SAFETY: cudaGetDevice(int*), cuCtxGetDevice(CUdevice*), hipGetDevice(int*) and
+    // the three device counts (int*) share this signature.
     let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
     let mut d: c_int = -1;
     // SAFETY: valid out-pointer.
@@ -115,6 +150,69 @@ pub fn current(family: Family) -> i32 {
     } else {
         -1
     }
+}
+
+/// Per family: the only device's ordinal (0) when the library counts exactly one, -1
+/// when it counts another number or cannot count, `UNCOUNTED` before it was asked.
+static ONLY_DEVICE: [AtomicI32; 3] = [
+    AtomicI32::new(UNCOUNTED),
+    AtomicI32::new(UNCOUNTED),
+    AtomicI32::new(UNCOUNTED),
+];
+const UNCOUNTED: i32 = -2;
+static FALLBACK_SAID: AtomicBool = AtomicBool::new(false);
+
+/// The device of a family whose library lacks its get-device helper (`missing`): a
+/// runtime's through the driver's current context, else the only device when there is
+/// exactly one. Said once on stderr, so that device numbers in the reports are known to
+/// be inferred.
+fn fallback(family: Family, missing: &CStr) -> i32 {
+    let (context, how) = match family {
+        Family::Runtime => (
+            CU_CTX_GET_DEVICE.get_once().map_or(-1, asked),
+            "the current context's device",
+        ),
+        _ => (-1, ""),
+    };
+    let (device, how) = if context >= 0 {
+        (context, how)
+    } else {
+        (only_device(family), "the only device")
+    };
+    if device >= 0 && !FALLBACK_SAID.swap(true, Ordering::Relaxed) {
+        let library = match family {
+            Family::Runtime => "the CUDA runtime",
+            Family::Driver => "the CUDA driver",
+            Family::Hip => "the HIP runtime",
+        };
+        diag::warn(&format!(
+            "{library} has no {}; its allocations are put on {how}, device {device}",
+            missing.to_string_lossy()
+        ));
+    }
+    device
+}
+
+fn only_device(family: Family) -> i32 {
+    let slot = &ONLY_DEVICE[family as usize];
+    let known = slot.load(Ordering::Acquire);
+    if known != UNCOUNTED {
+        return known;
+    }
+    let helper = match family {
+        Family::Runtime => &CUDA_DEVICE_COUNT,
+        Family::Driver => &CU_DEVICE_COUNT,
+        Family::Hip => &HIP_DEVICE_COUNT,
+    };
+    // cudaGetDeviceCount, cuDeviceGetCount and hipGetDeviceCount count the same way.
+    let count = helper.get_once().map_or(-1, asked);
+    let device = if count == 1 { 0 } else { -1 };
+    // Only an answer is remembered: a failed count (before the driver is initialised)
+    // is asked again.
+    if count >= 0 {
+        slot.store(device, Ordering::Release);
+    }
+    device
 }
 
 /// The device an allocation lives on, asked of the library by pointer (a pool belongs
