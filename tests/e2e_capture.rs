@@ -391,8 +391,10 @@ fn a_runtime_without_get_device_puts_allocations_on_the_only_device_and_says_so_
         .collect();
     assert_eq!(
         said,
-        ["gpumemprof: warning: the CUDA runtime has no cudaGetDevice; its allocations are put \
-          on the only device, device 0"],
+        [
+            "gpumemprof: warning: the CUDA runtime has no cudaGetDevice; its allocations are put \
+          on the only device, device 0"
+        ],
         "{stderr}"
     );
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpumemprof_tests::profiled::report;
+use gpumemprof_tests::profiled::{report, report_text};
 use gpumemprof_tests::{
     analyzer_path, repo_root, shared_library, shim_path, sim_dir, source_line_of,
 };
@@ -306,6 +306,47 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
         ],
         "{leak:?}"
     );
+    // Python first: ctypes' and libffi's frames above device_alloc and the interpreter's
+    // between and under the Python frames are left out; `--native` shows them.
+    let shown: Vec<String> = leaks["groups"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}:{}", f["function"].as_str().unwrap_or("?"), f["line"]))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            format!("device_alloc:{}", line("rc = cudart.cudaMalloc")),
+            format!("Model.keep_for_logging:{}", line("# the leak: never freed")),
+            format!("Model.step:{}", line("self.keep_for_logging()")),
+            format!("main:{}", line("model.step()")),
+            format!("<module>:{}", line("    main()")),
+        ]
+    );
+    let text = report_text("leaks", &trace, &["--frames", "2"]);
+    let first = text.lines().skip_while(|l| !l.starts_with("#1 ")).nth(1);
+    assert_eq!(
+        first.map(str::trim),
+        Some(
+            format!(
+                "device_alloc at {}:{}",
+                repo_root().join(EXAMPLE).display(),
+                line("rc = cudart.cudaMalloc")
+            )
+            .as_str()
+        ),
+        "{text}"
+    );
+    let native = report("leaks", &trace, &["--native", "--frames", "0"]);
+    let frames = native["groups"][0]["frames"].as_array().unwrap();
+    assert_eq!(frames[0]["python"], false, "{frames:#?}");
+    let interpreter = frames
+        .iter()
+        .filter(|f| f["python"] == false)
+        .filter(|f| f["function"].as_str().is_some_and(|n| n.contains("PyEval")))
+        .count();
+    assert!(interpreter > 0, "{frames:#?}");
     let peak = report("peak", &trace, &[]);
     let row = &peak["peaks"][0];
     assert_eq!(row["peak_bytes"], 32 * MIB);

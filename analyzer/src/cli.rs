@@ -23,6 +23,11 @@ struct Cli {
     /// without `(int, float) const`).
     #[arg(long, global = true)]
     full_names: bool,
+    /// Show every native frame of stacks with Python frames (by default the Python frames
+    /// come first, under only the library frames they called, without the interpreter's
+    /// and ctypes' or pybind11's own frames).
+    #[arg(long, global = true)]
+    native: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -131,6 +136,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     crate::term::set_quiet(cli.quiet);
     crate::cxx_names::set_full(cli.full_names);
+    crate::glue::set_native(cli.native);
     if let Command::Run(args) = &cli.command {
         // Before Ctrl-C is caught: the launcher passes signals on to the program.
         return crate::cmd::run::main(args);

@@ -199,25 +199,35 @@ impl<'a> Symbolizer<'a> {
 
     /// The frames of stack `id`, innermost first: at most `max` native frames (0: all)
     /// and every Python frame (what the user wrote is never cut off by the frames of the
-    /// libraries it calls). Unknown ids (0 = no stack captured) give no frames.
+    /// libraries it calls). A stack with Python frames is shown Python first unless
+    /// `--native` (see `glue`): the native frames above the innermost Python frame that
+    /// are not interpreter or binding glue, then the Python frames. Unknown ids (0 = no
+    /// stack captured) give no frames.
     pub fn stack(&mut self, id: u64, max: usize) -> Vec<Frame> {
         let stacks = self.stacks;
         let Some(info) = stacks.get(&id) else {
             return Vec::new();
         };
         let limit = if max == 0 { usize::MAX } else { max };
+        let python_first = crate::glue::python_first()
+            && info.frames.iter().any(|&a| as_python_frame(a).is_some());
         let mut out = Vec::new();
         let mut native = 0usize;
+        let mut seen_python = false;
         for &address in &info.frames {
             if as_python_frame(address).is_some() {
                 out.extend(self.address(address, info.first_use_ns));
+                seen_python = true;
                 continue;
             }
-            if native >= limit {
+            // Under the innermost Python frame, the native frames run the interpreter.
+            if native >= limit || (python_first && seen_python) {
                 continue;
             }
             for f in self.address(address, info.first_use_ns) {
-                if native < limit {
+                let glue = python_first
+                    && crate::glue::is_glue(f.module.as_deref(), f.function.as_deref());
+                if native < limit && !glue {
                     out.push(f);
                     native += 1;
                 }
