@@ -338,6 +338,36 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
         ),
         "{text}"
     );
+    // The HTML report's Leaks section shows the same frames first; with `--native` the
+    // frames past the eighth (Model.keep_for_logging's among them) expand in place.
+    let keep = format!(
+        "<li>Model.keep_for_logging at {}:{}</li>",
+        repo_root().join(EXAMPLE).display(),
+        line("# the leak: never freed")
+    );
+    for (flags, first_list_has_it) in [(&[][..], true), (&["--native"][..], false)] {
+        let html_path = dir.join("report.html");
+        let out = Command::new(analyzer_path())
+            .args(flags)
+            .arg("report")
+            .arg(&trace)
+            .arg("-o")
+            .arg(&html_path)
+            .arg("-f")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let html = std::fs::read_to_string(&html_path).unwrap();
+        let section = &html[html.find("id=\"leaks\"").unwrap()..];
+        let section = &section[..section.find("</section>").unwrap()];
+        let first_list = &section[..section.find("</ol>").unwrap()];
+        assert_eq!(first_list.contains(&keep), first_list_has_it, "{flags:?}: {section}");
+        let expands = section.find("<details class=\"more\"><summary>");
+        assert_eq!(expands.is_some(), !first_list_has_it, "{flags:?}: {section}");
+        if let Some(at) = expands {
+            assert!(section[at..].contains(&keep), "{section}");
+        }
+    }
     let native = report("leaks", &trace, &["--native", "--frames", "0"]);
     let frames = native["groups"][0]["frames"].as_array().unwrap();
     assert_eq!(frames[0]["python"], false, "{frames:#?}");

@@ -67,6 +67,7 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-spac
 tr.total td { font-weight:650; }
 ol.frames { margin:0; padding-left:18px; font:12px/1.4 ui-monospace,"DejaVu Sans Mono",monospace; }
 ol.frames li.inlined { color:var(--muted); }
+details.more summary { cursor:pointer; color:var(--accent); font-size:12px; padding-left:18px; }
 .figure svg { width:100%; height:auto; display:block; }
 .flame text { font-family:Verdana,"DejaVu Sans",sans-serif; font-size:12px; }
 .flame [id$="-title"] { text-anchor:middle; font-size:17px; }
@@ -310,24 +311,39 @@ fn count_row(h: &mut String, device: &str, kind: &str, c: &Counts, class: &str) 
     );
 }
 
+/// A stack as a list: its first `TABLE_FRAMES` frames (Python first, see `glue`), the rest
+/// behind a `<details>` that expands in place (no script).
 fn frames(h: &mut String, frames: &[Frame]) {
     if frames.is_empty() {
         h.push_str("<span class=\"note\">(no stack captured)</span>");
         return;
     }
+    let items = |h: &mut String, frames: &[Frame]| {
+        for f in frames {
+            let _ = write!(
+                h,
+                "<li{}>{}</li>",
+                if f.inlined { " class=\"inlined\"" } else { "" },
+                esc(&f.describe())
+            );
+        }
+    };
+    let (shown, rest) = frames.split_at(frames.len().min(TABLE_FRAMES));
     h.push_str("<ol class=\"frames\">");
-    for f in frames.iter().take(TABLE_FRAMES) {
+    items(h, shown);
+    h.push_str("</ol>");
+    if !rest.is_empty() {
         let _ = write!(
             h,
-            "<li{}>{}</li>",
-            if f.inlined { " class=\"inlined\"" } else { "" },
-            esc(&f.describe())
+            "<details class=\"more\"><summary>{} more frame{}</summary>\
+             <ol class=\"frames\" start=\"{}\">",
+            rest.len(),
+            if rest.len() == 1 { "" } else { "s" },
+            TABLE_FRAMES + 1
         );
+        items(h, rest);
+        h.push_str("</ol></details>");
     }
-    if frames.len() > TABLE_FRAMES {
-        let _ = write!(h, "<li>&hellip; {} more</li>", frames.len() - TABLE_FRAMES);
-    }
-    h.push_str("</ol>");
 }
 
 fn percent(part: u64, whole: u64) -> String {
@@ -399,15 +415,11 @@ fn leaks(h: &mut String, p: &Page) {
     );
     for (n, g) in l.groups.iter().enumerate() {
         let devices: Vec<String> = g.devices.iter().map(|d| units::device(*d)).collect();
-        let when = if g.first_time_ns == g.last_time_ns {
-            units::secs(g.first_time_ns)
-        } else {
-            format!(
-                "{} to {}",
-                units::secs(g.first_time_ns),
-                units::secs(g.last_time_ns)
-            )
-        };
+        // `at 1.234 s` reads as `1.234 s` in this column; times that print alike are one.
+        let when = units::span(g.first_time_ns, g.last_time_ns)
+            .trim_start_matches("at ")
+            .trim_start_matches("from ")
+            .to_string();
         let _ = write!(
             h,
             "<tr><td class=\"num\">{}</td><td class=\"num\" title=\"{} B\">{}</td>\
