@@ -361,9 +361,17 @@ fn run_python_train_names_the_python_lines_in_leaks_and_peak() {
         let section = &html[html.find("id=\"leaks\"").unwrap()..];
         let section = &section[..section.find("</section>").unwrap()];
         let first_list = &section[..section.find("</ol>").unwrap()];
-        assert_eq!(first_list.contains(&keep), first_list_has_it, "{flags:?}: {section}");
+        assert_eq!(
+            first_list.contains(&keep),
+            first_list_has_it,
+            "{flags:?}: {section}"
+        );
         let expands = section.find("<details class=\"more\"><summary>");
-        assert_eq!(expands.is_some(), !first_list_has_it, "{flags:?}: {section}");
+        assert_eq!(
+            expands.is_some(),
+            !first_list_has_it,
+            "{flags:?}: {section}"
+        );
         if let Some(at) = expands {
             assert!(section[at..].contains(&keep), "{section}");
         }

@@ -403,3 +403,99 @@ fn a_forked_child_writes_its_own_trace_or_nothing_and_an_execed_child_writes_its
         }
     }
 }
+
+/// The file offsets of a trace's blocks (each a 4-byte length and a zstd frame).
+fn block_offsets(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut at = 16 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut blocks = Vec::new();
+    while at + 4 <= bytes.len() {
+        let len = 4 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        blocks.push((at, len));
+        at += len;
+    }
+    blocks
+}
+
+/// The situation: three bytes flipped inside one block of a good trace. Every command
+/// reads the other blocks, says once what was lost (bytes and events), and exits 0; the
+/// JSON says it too. With every block damaged, nothing can be read: exit 5, one line.
+#[test]
+fn a_damaged_block_is_skipped_with_one_warning_and_the_loss_in_json() {
+    let dir = scratch("damaged_block");
+    let run = run_profiled(&dir, "flush_rounds", &["6"], &[("GPUMEMPROF_NVML_MS", "0")]);
+    assert_eq!(run.stdout(), "rounds=6 flushes=6\n");
+    let bytes = std::fs::read(&run.trace).unwrap();
+    let blocks = block_offsets(&bytes);
+    assert!(blocks.len() >= 7, "{blocks:?}");
+    let (at, len) = blocks[3];
+    let full = report("summary", &run.trace, &[]);
+
+    // What that block held, read alone from the good file.
+    let header_end = blocks[0].0;
+    let alone = [&bytes[..header_end], &bytes[at..at + len]].concat();
+    let (records, _) = read_all(&alone).unwrap();
+    let count = |f: fn(&Record) -> bool| records.iter().filter(|r| f(r)).count() as u64;
+    let allocs = count(|r| matches!(r, Record::Alloc(_)));
+    let frees = count(|r| matches!(r, Record::Free(_)));
+    assert!(allocs > 0, "{records:?}");
+
+    let mut damaged = bytes.clone();
+    for b in &mut damaged[at + len / 2..at + len / 2 + 3] {
+        *b ^= 0x5a;
+    }
+    let bad = dir.join("damaged.trace");
+    std::fs::write(&bad, &damaged).unwrap();
+    let out = analyzer()
+        .args(["summary", "--json"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "skipped 1 damaged block ({len} B, the first at byte {at}: block does not decompress"
+        )) && stderr.contains(&format!("{} events lost", allocs + frees)),
+        "{stderr}"
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &s["trace"];
+    assert_eq!(t["damaged_blocks"], 1);
+    assert_eq!(t["damaged_bytes"], len as u64);
+    assert_eq!(t["damaged_events"], allocs + frees);
+    assert_eq!(t["events"], full["trace"]["events"]);
+    let (got, want) = (&s["totals"], &full["totals"]);
+    assert_eq!(got["allocations"], want["allocations"].as_u64().unwrap() - allocs);
+    assert_eq!(got["frees"], want["frees"].as_u64().unwrap() - frees);
+    for cmd in [&["leaks"][..], &["peak"], &["timeline", "-o"]] {
+        let mut c = analyzer();
+        c.args(cmd);
+        if cmd.len() > 1 {
+            c.arg(dir.join("timeline.png")).arg("-f");
+        }
+        let out = c.arg(&bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{cmd:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if cmd.len() == 1 {
+            assert!(
+                text.contains("WARNING: 1 block of the trace file"),
+                "{cmd:?}: {text}"
+            );
+        }
+    }
+
+    // Every block damaged: nothing to report.
+    let mut all = bytes.clone();
+    for (at, len) in &blocks {
+        for b in &mut all[at + len / 2..at + len / 2 + 3] {
+            *b ^= 0x5a;
+        }
+    }
+    std::fs::write(&bad, &all).unwrap();
+    let out = analyzer().arg("summary").arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("does not decompress"), "{stderr}");
+}

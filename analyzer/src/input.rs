@@ -1,6 +1,6 @@
 //! Reading a trace for any command: open it (progress bar on a terminal, Ctrl-C),
 //! replay it with or without observers, and the warnings reading leaves (a truncated
-//! trace, symbolization problems), each once, on stderr.
+//! trace, damaged blocks, symbolization problems), each once, on stderr.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -44,7 +44,7 @@ pub fn read_error(path: &Path, source: ReadError) -> Error {
 pub fn load(path: &Path) -> Result<Loaded, Error> {
     let reader = open(path)?;
     let loaded = replay::replay(reader).map_err(|e| read_error(path, e))?;
-    warn_truncated(path, &loaded);
+    warn_losses(path, &loaded);
     Ok(loaded)
 }
 
@@ -52,13 +52,13 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
 pub fn load_observed(path: &Path, observers: &mut [&mut dyn Observer]) -> Result<Loaded, Error> {
     let reader = open(path)?;
     let loaded = replay_observed(reader, observers).map_err(|e| read_error(path, e))?;
-    warn_truncated(path, &loaded);
+    warn_losses(path, &loaded);
     Ok(loaded)
 }
 
-/// A truncated trace is not an error: it is reported from its complete blocks, with one
-/// warning.
-pub fn warn_truncated(path: &Path, loaded: &Loaded) {
+/// Neither a truncated trace nor damaged blocks are an error: the trace is reported from
+/// the blocks that could be read, with one warning for each kind of loss.
+pub fn warn_losses(path: &Path, loaded: &Loaded) {
     if loaded.truncated {
         let blocks = if loaded.blocks == 1 {
             "block"
@@ -71,6 +71,34 @@ pub fn warn_truncated(path: &Path, loaded: &Loaded) {
             path.display(),
             loaded.blocks
         ));
+    }
+    let d = &loaded.damage;
+    if let Some((offset, why)) = &d.first {
+        term::warn(&format!(
+            "{}: skipped {} ({}, the first at byte {offset}: {why}); {}",
+            path.display(),
+            crate::units::plural(d.blocks, "damaged block", "damaged blocks"),
+            crate::units::bytes(d.bytes),
+            damage_events(d)
+        ));
+    }
+}
+
+/// What the events of damaged blocks come to, in words.
+pub fn damage_events(d: &gpumemprof_format::Damage) -> String {
+    if d.events_known {
+        format!(
+            "{} lost: the numbers undercount",
+            crate::units::plural(d.events, "event", "events")
+        )
+    } else if d.events > 0 {
+        format!(
+            "at least {} lost (the last damaged block's are not counted): the numbers \
+             undercount",
+            crate::units::plural(d.events, "event", "events")
+        )
+    } else {
+        "its events are not counted (no counters after it): the numbers may undercount".into()
     }
 }
 

@@ -52,7 +52,7 @@ pub fn replay_observed<R: Read>(
 ) -> Result<Loaded, ReadError> {
     let mut replay = Replay::new();
     let mut changes = Vec::new();
-    while let Some(record) = reader.next_record()? {
+    while let Some(record) = reader.next_salvaged()? {
         for o in observers.iter_mut() {
             o.record(&record);
         }
@@ -63,12 +63,7 @@ pub fn replay_observed<R: Read>(
             o.applied(time, &changes, &replay);
         }
     }
-    Ok(Loaded {
-        header: reader.header().clone(),
-        replayed: replay.finish(),
-        truncated: reader.truncated(),
-        blocks: reader.blocks_read(),
-    })
+    Loaded::read(&reader, replay.finish())
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ pub mod template;
 mod varint;
 mod writer;
 
-pub use reader::{open_path, ReadError, TraceReader};
+pub use reader::{open_path, Damage, ReadError, TraceReader};
 pub use record::*;
 pub use writer::{compress_block, write_preamble, BlockEncoder, TraceWriter};
 

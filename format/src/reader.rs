@@ -1,9 +1,11 @@
 //! Reading traces: a streaming record reader over complete blocks, after the preamble
 //! (`header.rs`). Input is untrusted (a crashed process, a damaged or foreign file): nothing
 //! panics, every size is checked against a `MAX_*` bound before it is allocated for, and
-//! a file cut anywhere yields exactly the records of its complete blocks.
+//! a file cut anywhere yields exactly the records of its complete blocks, and a damaged
+//! block is skipped with what it cost counted (`salvage.rs`).
 
 mod decode;
+mod salvage;
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -18,6 +20,8 @@ use crate::packed::Running;
 use crate::record::Record;
 use crate::varint::Cursor;
 use crate::{kind, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW};
+pub use salvage::Damage;
+use salvage::Source;
 
 /// Bytes kept readable past a block's end, so that the last fields of its last record
 /// can also be read 8 bytes at a time (`varint::leading`); never part of a record.
@@ -25,7 +29,7 @@ const PEEK_PAD: usize = 16;
 
 /// Streams the records of a trace, one complete block at a time.
 pub struct TraceReader<R: Read> {
-    r: R,
+    src: Source<R>,
     header: serde_json::Value,
     version: u32,
     /// File offset of the next unread byte.
@@ -49,6 +53,9 @@ pub struct TraceReader<R: Read> {
     run: Running,
     /// File offset of the current block, for error messages.
     block_start: u64,
+    /// Event records returned so far (see `Damage::events`).
+    events: u64,
+    damage: Damage,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -61,7 +68,7 @@ impl<R: Read> TraceReader<R> {
         } = read_preamble(&mut r)?;
         let pos = bytes.len() as u64;
         Ok(TraceReader {
-            r,
+            src: Source::new(r),
             header,
             version,
             pos,
@@ -77,6 +84,8 @@ impl<R: Read> TraceReader<R> {
             last_time: 0,
             run: Running::default(),
             block_start: pos,
+            events: 0,
+            damage: Damage::default(),
         })
     }
 
@@ -94,9 +103,9 @@ impl<R: Read> TraceReader<R> {
         self.truncated
     }
 
-    /// File offset of the end of the last block read and decompressed successfully
-    /// (the preamble's end before any). Counted when a block is loaded, before its records
-    /// are returned.
+    /// File offset of the end of the last block read and decompressed successfully, or
+    /// skipped as damaged with the next block found (the preamble's end before any).
+    /// Counted when a block is loaded, before its records are returned.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read
     }
@@ -104,6 +113,22 @@ impl<R: Read> TraceReader<R> {
     /// Blocks read and decompressed successfully so far.
     pub fn blocks_read(&self) -> u64 {
         self.blocks_read
+    }
+
+    /// What damaged blocks cost so far (final once `next_record` returned `Ok(None)`).
+    pub fn damage(&self) -> &Damage {
+        &self.damage
+    }
+
+    /// `next_record`, stepping over damaged blocks (each a `Corrupt` error, counted in
+    /// `damage`): only an I/O error stops it. What a report reads.
+    pub fn next_salvaged(&mut self) -> Result<Option<Record>, ReadError> {
+        loop {
+            match self.next_record() {
+                Err(ReadError::Corrupt { .. }) => continue,
+                other => return other,
+            }
+        }
     }
 
     /// The next record, or `Ok(None)` at end of file (clean or inside a block; see
@@ -126,22 +151,26 @@ impl<R: Read> TraceReader<R> {
                             let (t, run) = (&mut self.last_time, &mut self.run);
                             if let Some(a) = decode::packed_alloc_fast(data, len, t, run) {
                                 self.raw_pos = at + len;
+                                self.events += 1;
                                 return Ok(Some(Record::Alloc(a)));
                             }
                         } else if k == kind::PACKED_FREE {
                             let (t, run) = (&mut self.last_time, &mut self.run);
                             if let Some(f) = decode::packed_free_fast(data, len, t, run) {
                                 self.raw_pos = at + len;
+                                self.events += 1;
                                 return Ok(Some(Record::Free(f)));
                             }
                         } else if k == kind::ALLOC {
                             if let Some(a) = decode::alloc(data, len, &mut self.last_time) {
                                 self.raw_pos = at + len;
+                                self.events += 1;
                                 return Ok(Some(Record::Alloc(a)));
                             }
                         } else if k == kind::FREE {
                             if let Some(f) = decode::free(data, len, &mut self.last_time) {
                                 self.raw_pos = at + len;
+                                self.events += 1;
                                 return Ok(Some(Record::Free(f)));
                             }
                         }
@@ -150,6 +179,7 @@ impl<R: Read> TraceReader<R> {
                 return self.decode_one().map(Some);
             }
             if self.done {
+                self.damage.finish();
                 return Ok(None);
             }
             self.read_block()?;
@@ -164,7 +194,8 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// Any record, one field at a time (`decode::decode`): the rare kinds, and allocs and
-    /// frees that the fast path declined (malformed, or of an older layout).
+    /// frees that the fast path declined (malformed, or of an older layout). Counts events
+    /// and, at a counters record, what damage since the last one cost.
     #[inline(never)]
     fn decode_one(&mut self) -> Result<Record, ReadError> {
         let start = self.raw_pos;
@@ -183,43 +214,66 @@ impl<R: Read> TraceReader<R> {
             )),
             (_, Err(e)) | (Err(e), _) => Err(format!("record header: {e}")),
         };
-        res.map_err(|what| {
-            self.raw_pos = self.raw_end; // the rest of this block cannot be trusted
-            self.corrupt(format!(
-                "record at byte {start} of the decompressed block: {what}"
-            ))
-        })
+        match res {
+            Ok(record) => {
+                match &record {
+                    Record::Alloc(_)
+                    | Record::Free(_)
+                    | Record::AllocFailed(_)
+                    | Record::Sample(_)
+                    | Record::Nvtx(_)
+                    | Record::Tensor(_) => self.events += 1,
+                    Record::Stats(s) | Record::End(s) => self.damage.counted(s.events, self.events),
+                    _ => {}
+                }
+                Ok(record)
+            }
+            Err(what) => {
+                self.raw_pos = self.raw_end; // the rest of this block cannot be trusted
+                let what = format!("record at byte {start} of the decompressed block: {what}");
+                let bytes = self.pos - self.block_start;
+                self.damage.note(self.block_start, bytes, &what);
+                Err(self.corrupt(what))
+            }
+        }
     }
 
     /// Loads the next block into `raw`; on EOF sets `done` (and `truncated` if mid-block).
+    /// A block that cannot be read is counted in `damage` and reading goes on at the next
+    /// one (found by its frame header when its length cannot be trusted).
     fn read_block(&mut self) -> Result<(), ReadError> {
         self.raw_end = 0;
         self.raw_pos = 0;
         self.block_start = self.pos;
         let mut len4 = [0u8; 4];
-        let n = read_full(&mut self.r, &mut len4).inspect_err(|_| self.done = true)?;
+        let n = read_full(&mut self.src, &mut len4).inspect_err(|_| self.done = true)?;
         if n < 4 {
             self.done = true;
             self.truncated = n > 0;
             return Ok(());
         }
         let len = u32::from_le_bytes(len4) as usize;
+        self.comp.clear();
         if len > MAX_BLOCK_COMPRESSED {
-            self.done = true; // no way to find the next block
-            return Err(self.corrupt(format!(
-                "block length {len} exceeds the {MAX_BLOCK_COMPRESSED}-byte limit"
-            )));
+            let what = format!("block length {len} exceeds the {MAX_BLOCK_COMPRESSED}-byte limit");
+            return Err(self.skip_damaged(len4, what));
         }
-        self.comp.clear(); // grows with what is actually read, not with `len`
-        let got = self.r.by_ref().take(len as u64).read_to_end(&mut self.comp);
+        // `comp` grows with what is actually read, not with `len`.
+        let got = self
+            .src
+            .by_ref()
+            .take(len as u64)
+            .read_to_end(&mut self.comp);
         got.inspect_err(|_| self.done = true)?;
         if self.comp.len() < len {
             self.done = true;
             self.truncated = true;
             return Ok(());
         }
+        if let Err(what) = self.decompress() {
+            return Err(self.skip_damaged(len4, what));
+        }
         self.pos += 4 + len as u64;
-        self.decompress()?;
         self.last_time = 0;
         self.run = Running::default();
         self.blocks_read += 1;
@@ -227,35 +281,57 @@ impl<R: Read> TraceReader<R> {
         Ok(())
     }
 
+    /// A block whose frame is damaged (`len4` then `comp` read of it): finds the next
+    /// block, counts the bytes up to it as lost, and gives the error to return.
+    fn skip_damaged(&mut self, len4: [u8; 4], what: String) -> ReadError {
+        let seen = [&len4[..], &self.comp[..]].concat();
+        let err = self.corrupt(what.clone());
+        let skipped = match self.src.resync(&seen) {
+            Ok((n, found)) => {
+                // No block after it: everything to the end of the file is lost.
+                self.done = !found;
+                n
+            }
+            Err(e) => {
+                self.done = true;
+                return ReadError::Io(e);
+            }
+        };
+        self.damage.note(self.block_start, skipped, &what);
+        self.pos += skipped;
+        if !self.done {
+            self.bytes_read = self.pos;
+        }
+        err
+    }
+
     /// Decompresses `comp` (exactly one zstd frame with a bounded content size) into `raw`.
-    fn decompress(&mut self) -> Result<(), ReadError> {
+    fn decompress(&mut self) -> Result<(), String> {
         let size = match zstd_safe::get_frame_content_size(&self.comp) {
             Ok(Some(n)) if n <= MAX_BLOCK_RAW as u64 => n as usize,
             Ok(Some(n)) => {
-                return Err(self.corrupt(format!(
+                return Err(format!(
                     "block announces {n} decompressed bytes, over the {MAX_BLOCK_RAW}-byte limit"
-                )))
+                ))
             }
             Ok(None) => {
-                return Err(
-                    self.corrupt("block's zstd frame does not record its decompressed size".into())
-                )
+                return Err("block's zstd frame does not record its decompressed size".into())
             }
-            Err(_) => return Err(self.corrupt("block is not a zstd frame".into())),
+            Err(_) => return Err("block is not a zstd frame".into()),
         };
         match zstd_safe::find_frame_compressed_size(&self.comp) {
             Ok(m) if m == self.comp.len() => {}
             Ok(m) => {
-                return Err(self.corrupt(format!(
+                return Err(format!(
                     "{} stray bytes after the block's zstd frame",
                     self.comp.len() - m
-                )))
+                ))
             }
             Err(code) => {
-                return Err(self.corrupt(format!(
+                return Err(format!(
                     "bad zstd frame: {}",
                     zstd_safe::get_error_name(code)
-                )))
+                ))
             }
         }
         // Bounded above; zstd overwrites every byte of `raw[..size]` (checked below).
@@ -270,10 +346,10 @@ impl<R: Read> TraceReader<R> {
                 self.raw_end = size;
                 Ok(())
             }
-            Ok(n) => Err(self.corrupt(format!(
+            Ok(n) => Err(format!(
                 "block decompressed to {n} bytes, its frame announced {size}"
-            ))),
-            Err(e) => Err(self.corrupt(format!("block does not decompress: {e}"))),
+            )),
+            Err(e) => Err(format!("block does not decompress: {e}")),
         }
     }
 }

@@ -1039,6 +1039,92 @@ fn corrupt_blocks_are_reported_and_skipped() {
     }
 }
 
+/// Three blocks: 2 events then counters (2), 3 events (damaged in the test), 1 event then
+/// counters (6). Returns the file and the three blocks' offsets.
+fn three_blocks() -> (Vec<u8>, [usize; 3]) {
+    let stats = |events| {
+        Record::Stats(Stats {
+            time_ns: 0,
+            events,
+            queue_waits: 0,
+            dropped: 0,
+        })
+    };
+    let first = block(&raw_of(&[
+        Record::Alloc(alloc(1, 0x1000)),
+        Record::Free(free_at(2, 0x1000)),
+        stats(2),
+    ]));
+    let second = block(&raw_of(&[
+        Record::Alloc(alloc(3, 0x2000)),
+        Record::Alloc(alloc(4, 0x3000)),
+        Record::Free(free_at(5, 0x2000)),
+    ]));
+    let third = block(&raw_of(&[Record::Free(free_at(6, 0x3000)), stats(6)]));
+    let pre = preamble(b"{}");
+    let at = [pre.len(), pre.len() + first.len(), pre.len() + first.len() + second.len()];
+    (
+        [&pre[..], &first[..], &second[..], &third[..]].concat(),
+        at,
+    )
+}
+
+/// Every record `next_salvaged` gives, and the damage counted.
+fn salvaged(bytes: &[u8]) -> (Vec<Record>, Damage, u64) {
+    let mut r = TraceReader::open(Cursor::new(bytes)).unwrap();
+    let mut recs = Vec::new();
+    while let Some(rec) = r.next_salvaged().unwrap() {
+        recs.push(rec);
+    }
+    (recs, r.damage().clone(), r.blocks_read())
+}
+
+#[test]
+fn a_damaged_block_is_skipped_and_its_bytes_and_events_are_counted() {
+    let (good, at) = three_blocks();
+    let (recs, damage, blocks) = salvaged(&good);
+    assert_eq!((recs.len(), blocks), (8, 3));
+    assert_eq!(damage, Damage::default());
+
+    // Three bytes flipped inside the second block's compressed data: its length is intact.
+    let mut flipped = good.clone();
+    for i in at[1] + 12..at[1] + 15 {
+        flipped[i] ^= 0x5a;
+    }
+    let (recs, damage, blocks) = salvaged(&flipped);
+    assert_eq!((recs.len(), blocks), (5, 2), "{recs:?}");
+    assert_eq!(damage.blocks, 1);
+    assert_eq!(damage.bytes, (at[2] - at[1]) as u64);
+    assert_eq!((damage.events, damage.events_known), (3, true));
+    assert_eq!(damage.first.as_ref().map(|f| f.0), Some(at[1] as u64));
+
+    // Its length field damaged (over the limit): the third block is found by its header.
+    let mut bad_len = good.clone();
+    bad_len[at[1] + 3] = 0xff;
+    let (recs, damage, _) = salvaged(&bad_len);
+    assert_eq!(recs.len(), 5, "{recs:?}");
+    assert_eq!((damage.blocks, damage.bytes), (1, (at[2] - at[1]) as u64));
+    assert_eq!((damage.events, damage.events_known), (3, true));
+    let why = &damage.first.as_ref().unwrap().1;
+    assert!(why.contains("exceeds"), "{why}");
+
+    // Its length field damaged to a smaller plausible value: the same.
+    let mut short_len = good.clone();
+    short_len[at[1]] = short_len[at[1]].wrapping_sub(7);
+    let (recs, damage, _) = salvaged(&short_len);
+    assert_eq!(recs.len(), 5, "{recs:?}");
+    assert_eq!((damage.blocks, damage.bytes), (1, (at[2] - at[1]) as u64));
+
+    // The last block damaged: no counters after it, so its events are not known.
+    let mut last = good.clone();
+    let end = last.len();
+    last[end - 6] ^= 0xff;
+    let (recs, damage, _) = salvaged(&last);
+    assert_eq!(recs.len(), 6, "{recs:?}");
+    assert_eq!(damage.blocks, 1);
+    assert!(!damage.events_known);
+}
+
 // ---------- truncation ----------
 
 #[test]

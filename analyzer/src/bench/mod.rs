@@ -129,7 +129,7 @@ pub fn decompress_only(path: &Path) -> io::Result<u64> {
 pub fn decode(path: &Path) -> Result<u64, ReadError> {
     let mut reader = open_path(path)?;
     let mut events = 0;
-    while let Some(record) = reader.next_record()? {
+    while let Some(record) = reader.next_salvaged()? {
         if matches!(
             record,
             Record::Alloc(_) | Record::Free(_) | Record::AllocFailed(_)

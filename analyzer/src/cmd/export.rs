@@ -103,7 +103,7 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
                 let mut nvtx = crate::export::chrome::NvtxEvents::new(&mut *out, pid.unwrap_or(0));
                 let loaded = replay_observed(reader, &mut [&mut builder, &mut nvtx])
                     .map_err(|e| crate::input::read_error(trace, e))?;
-                crate::input::warn_truncated(trace, &loaded);
+                crate::input::warn_losses(trace, &loaded);
                 let (out, nvtx) = nvtx.finish().map_err(Error::Output)?;
                 let t = builder.finish();
                 let info = TraceInfo::new(trace, &loaded);

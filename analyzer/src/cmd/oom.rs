@@ -45,7 +45,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         || crate::input::open(path),
         |e| crate::input::read_error(path, e),
         |loaded| {
-            crate::input::warn_truncated(path, loaded);
+            crate::input::warn_losses(path, loaded);
             TraceInfo::new(path, loaded)
         },
         &opts,

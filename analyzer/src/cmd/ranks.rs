@@ -475,6 +475,10 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
                 t.trace.dropped > 0,
                 "lost events in the shim (its numbers undercount)",
             ),
+            (
+                t.trace.damaged_blocks > 0,
+                "has damaged blocks, skipped (its numbers undercount)",
+            ),
         ];
         for (_, why) in doubts.iter().filter(|(doubt, _)| *doubt) {
             writeln!(

@@ -299,7 +299,7 @@ pub fn write_telemetry(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
     let mut writer = TelemetryWriter::new(&header, out);
     let loaded = crate::observe::replay_observed(reader, &mut [&mut writer])
         .map_err(|e| crate::input::read_error(path, e))?;
-    crate::input::warn_truncated(path, &loaded);
+    crate::input::warn_losses(path, &loaded);
     let lines = writer.lines;
     match writer.into_error() {
         Some(e) => Err(Error::Output(e)),

@@ -24,7 +24,7 @@ use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use gpumemprof_format::header::{read_preamble, Preamble};
-use gpumemprof_format::TraceReader;
+use gpumemprof_format::{Damage, TraceReader};
 
 use crate::error::Error;
 use crate::input::read_error;
@@ -48,6 +48,8 @@ pub struct Follower {
     pub blocks: u64,
     /// The last read ended inside a block (being written, or cut short).
     pub truncated: bool,
+    /// Damaged blocks skipped by every read so far.
+    pub damage: Damage,
 }
 
 impl Follower {
@@ -61,6 +63,7 @@ impl Follower {
             },
             truncated: self.truncated,
             blocks: self.blocks,
+            damage: self.damage.clone(),
         };
         TraceInfo::new(self.path(), &loaded)
     }
@@ -86,6 +89,7 @@ impl Follower {
             changes: Vec::new(),
             blocks: 0,
             truncated: false,
+            damage: Damage::default(),
         })
     }
 
@@ -106,7 +110,7 @@ impl Follower {
         let chained = Cursor::new(self.preamble.as_slice()).chain(BufReader::new(file));
         let mut reader = TraceReader::open(chained).map_err(|e| read_error(&path, e))?;
         let mut n = 0u64;
-        while let Some(record) = reader.next_record().map_err(|e| read_error(&path, e))? {
+        while let Some(record) = reader.next_salvaged().map_err(|e| read_error(&path, e))? {
             for o in observers.iter_mut() {
                 o.record(&record);
             }
@@ -126,6 +130,7 @@ impl Follower {
         self.offset += reader.bytes_read() - self.preamble.len() as u64;
         self.blocks += reader.blocks_read();
         self.truncated = reader.truncated();
+        self.damage.add(reader.damage());
         Ok(n)
     }
 }

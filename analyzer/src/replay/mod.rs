@@ -38,7 +38,7 @@ pub use pass::{Replay, Replayed};
 
 use std::io::Read;
 
-use gpumemprof_format::{ReadError, Record, TraceReader};
+use gpumemprof_format::{Damage, ReadError, Record, TraceReader};
 
 /// What reading a whole trace gives: the header, the replay, and how reading ended.
 #[derive(Debug)]
@@ -49,13 +49,35 @@ pub struct Loaded {
     pub truncated: bool,
     /// Complete blocks read.
     pub blocks: u64,
+    /// Damaged blocks skipped, and what they held.
+    pub damage: Damage,
+}
+
+impl Loaded {
+    /// What reading `reader` to its end gave, or the first damage's error when every
+    /// block was damaged (nothing could be read).
+    pub fn read<R: Read>(reader: &TraceReader<R>, replayed: Replayed) -> Result<Loaded, ReadError> {
+        let damage = reader.damage().clone();
+        if reader.blocks_read() == 0 {
+            if let Some((offset, what)) = damage.first {
+                return Err(ReadError::Corrupt { offset, what });
+            }
+        }
+        Ok(Loaded {
+            header: reader.header().clone(),
+            replayed,
+            truncated: reader.truncated(),
+            blocks: reader.blocks_read(),
+            damage,
+        })
+    }
 }
 
 /// Streams every record of `reader` through a `Replay`.
 pub fn replay<R: Read>(mut reader: TraceReader<R>) -> Result<Loaded, ReadError> {
     let mut replay = Replay::new();
     loop {
-        let next = reader.next_record();
+        let next = reader.next_salvaged();
         // Allocs and frees are applied where the reader put them: moving the record out
         // first copied it, and the copy stalled on store forwarding (BENCHMARKS.md).
         match &next {
@@ -67,12 +89,7 @@ pub fn replay<R: Read>(mut reader: TraceReader<R>) -> Result<Loaded, ReadError> 
             },
         }
     }
-    Ok(Loaded {
-        header: reader.header().clone(),
-        replayed: replay.finish(),
-        truncated: reader.truncated(),
-        blocks: reader.blocks_read(),
-    })
+    Loaded::read(&reader, replay.finish())
 }
 
 #[cfg(test)]

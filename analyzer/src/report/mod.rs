@@ -46,6 +46,16 @@ pub struct TraceInfo {
     pub ending: Option<EndingInfo>,
     /// The file ends inside a block (killed mid-write); only complete blocks were read.
     pub truncated: bool,
+    /// Damaged blocks skipped (their records could not be read).
+    pub damaged_blocks: u64,
+    /// Bytes of the file in them.
+    pub damaged_bytes: u64,
+    /// Events they held (the counters after them say); null when a damaged block had no
+    /// counters after it.
+    pub damaged_events: Option<u64>,
+    /// Why the first damaged block could not be read, and its file offset.
+    #[serde(skip)]
+    pub damage: gpumemprof_format::Damage,
     /// Events the shim encoded, per its last counters record.
     pub events: u64,
     /// Events whose producer had to wait for queue space.
@@ -80,6 +90,11 @@ impl TraceInfo {
             complete: p.complete,
             ending: p.ending.map(EndingInfo::from),
             truncated: loaded.truncated,
+            damaged_blocks: loaded.damage.blocks,
+            damaged_bytes: loaded.damage.bytes,
+            damaged_events: (loaded.damage.events_known || loaded.damage.blocks == 0)
+                .then_some(loaded.damage.events),
+            damage: loaded.damage.clone(),
             events: p.events,
             queue_waits: p.queue_waits,
             dropped: p.dropped,
@@ -115,6 +130,16 @@ impl TraceInfo {
             writeln!(
                 out,
                 "WARNING: the trace file is cut short; only its complete blocks were read"
+            )?;
+        }
+        if self.damaged_blocks > 0 {
+            writeln!(
+                out,
+                "WARNING: {} of the trace file ({}) could not be read and {} skipped; {}",
+                units::plural(self.damaged_blocks, "block", "blocks"),
+                units::bytes(self.damaged_bytes),
+                if self.damaged_blocks == 1 { "was" } else { "were" },
+                crate::input::damage_events(&self.damage)
             )?;
         }
         writeln!(out)

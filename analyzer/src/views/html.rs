@@ -170,6 +170,17 @@ fn header(h: &mut String, p: &Page, program: &str) {
              were read.</strong></div>",
         );
     }
+    if t.damaged_blocks > 0 {
+        let _ = write!(
+            h,
+            "<div class=\"meta\"><strong>{} of the trace file ({}) could not be read and \
+             {} skipped; {}.</strong></div>",
+            units::plural(t.damaged_blocks, "block", "blocks"),
+            esc(&units::bytes(t.damaged_bytes)),
+            if t.damaged_blocks == 1 { "was" } else { "were" },
+            esc(&crate::input::damage_events(&t.damage))
+        );
+    }
     h.push_str("</header>\n");
 }
 

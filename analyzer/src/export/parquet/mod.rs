@@ -24,7 +24,7 @@ use parquet::data_type::ByteArray;
 use self::allocations::{AllocationRows, Process};
 use self::table::Table;
 use crate::error::Error;
-use crate::input::{rank_of, read_error, warn_all, warn_truncated};
+use crate::input::{rank_of, read_error, warn_all, warn_losses};
 use crate::observe::replay_observed;
 use crate::report::{EndingInfo, TraceInfo};
 use crate::symbolize::Symbolizer;
@@ -192,7 +192,7 @@ fn one_trace(
     let rows_before = allocations.rows();
     let mut rows = AllocationRows::new(allocations, process, &api_names(&header));
     let loaded = replay_observed(reader, &mut [&mut rows]).map_err(|e| read_error(path, e))?;
-    warn_truncated(path, &loaded);
+    warn_losses(path, &loaded);
     rows.finish()?;
     let allocation_rows = allocations.rows() - rows_before;
     let info = TraceInfo::new(path, &loaded);

@@ -97,7 +97,7 @@ impl Written {
 pub fn export(trace: &Path, output: &Path, force: bool) -> Result<Written, Error> {
     let surveyed =
         survey(crate::input::open(trace)?).map_err(|e| crate::input::read_error(trace, e))?;
-    crate::input::warn_truncated(trace, &surveyed.loaded);
+    crate::input::warn_losses(trace, &surveyed.loaded);
     let file = crate::term::create_output(output, force)?;
     let written = write(
         trace,
@@ -222,7 +222,7 @@ fn replay_first<R: Read>(
     let mut replay = Replay::new();
     let mut changes = Vec::new();
     for _ in 0..records {
-        let Some(record) = reader.next_record()? else {
+        let Some(record) = reader.next_salvaged()? else {
             break;
         };
         observer.record(&record);

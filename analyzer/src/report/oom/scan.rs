@@ -116,6 +116,7 @@ pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
         replayed,
         truncated,
         blocks,
+        damage,
     } = loaded;
     Ok(Scan {
         loaded: Loaded {
@@ -126,6 +127,7 @@ pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
             },
             truncated,
             blocks,
+            damage,
         },
         failures: classifier.kept.into_values().collect(),
         out_of_memory,
@@ -372,7 +374,7 @@ pub fn replay_until<R: Read>(
     let mut growth: HashMap<u64, i128> = HashMap::new();
     let mut ordinal = 0u64;
     let mut in_window = false;
-    while let Some(record) = reader.next_record()? {
+    while let Some(record) = reader.next_salvaged()? {
         let time = match &record {
             Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => {
                 if ordinal == failure.ordinal {
