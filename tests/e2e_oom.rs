@@ -400,3 +400,90 @@ fn regenerate_corpus() {
         }
     }
 }
+
+/// The issue's situation: a run that died of out-of-memory, seen through the general commands.
+/// The shim's exit line points at `gpumemprof oom`; `analyze` leads with the failure (the
+/// `oom` report's verdict and numbers); `report` prints the verdict in its out-of-memory
+/// section; `diagnose` bundles `oom.json`, the `oom` report itself.
+#[test]
+fn the_general_commands_carry_the_oom_verdict() {
+    let dir = scratch("oom_general");
+    let run = run_profiled(&dir, "oom_final", &[], &[]);
+    assert_eq!(run.output.status.code(), Some(1), "{}", run.stderr());
+    let path = run.trace.display().to_string();
+    let stderr = run.stderr();
+    let last = shim_lines(&stderr)
+        .last()
+        .copied()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        last.starts_with("gpumemprof: wrote ")
+            && last.ends_with(&format!(
+                " events to {path}; 1 allocation failed for lack of memory: see why with: \
+                 gpumemprof oom {path}"
+            )),
+        "{stderr}"
+    );
+    let oom = oom_report(&run.trace, &[]);
+    let verdict = oom["verdict"].as_str().unwrap();
+
+    let analyze = report("analyze", &run.trace, &[]);
+    schema::assert_valid("analyze", &analyze);
+    let f = &analyze["findings"][0];
+    assert_eq!(f["heuristic"], "out_of_memory");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["message"], verdict);
+    assert_eq!(f["bytes"], oom["failure"]["size"]);
+    assert_eq!(f["count"], 1);
+    assert_eq!(f["evidence"]["requested_bytes"], oom["failure"]["size"]);
+    assert_eq!(f["evidence"]["live_bytes"], oom["live"]["bytes"]);
+    assert_eq!(f["frames"], oom["failure"]["frames"]);
+    assert_eq!(analyze["recommendations"][0]["heuristic"], "out_of_memory");
+    let text = report_text("analyze", &run.trace, &[]);
+    assert!(
+        text.contains(&format!("WARNING out of memory: {verdict}")),
+        "{text}"
+    );
+
+    let html = dir.join("report.html");
+    let out = analyzer()
+        .arg("report")
+        .arg(&run.trace)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let html = std::fs::read_to_string(&html).unwrap();
+    let section = &html[html.find("<section id=\"oom\">").unwrap()..];
+    assert!(
+        section.contains("<p class=\"verdict\"><strong>OOM: cudaMalloc asked ")
+            && section.contains(&format!("<code>gpumemprof oom {path}</code>")),
+        "{section}"
+    );
+
+    let bundle = dir.join("bundle");
+    let out = analyzer()
+        .arg("diagnose")
+        .arg(&bundle)
+        .arg(&run.trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let bundled: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("oom.json")).unwrap()).unwrap();
+    schema::assert_valid("oom", &bundled);
+    assert_eq!(bundled["verdict"], verdict);
+    assert_eq!(bundled["failure"], oom["failure"]);
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("manifest.json")).unwrap()).unwrap();
+    assert!(
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "oom.json"),
+        "{manifest}"
+    );
+}

@@ -466,7 +466,10 @@ fn a_damaged_block_is_skipped_with_one_warning_and_the_loss_in_json() {
     assert_eq!(t["damaged_events"], allocs + frees);
     assert_eq!(t["events"], full["trace"]["events"]);
     let (got, want) = (&s["totals"], &full["totals"]);
-    assert_eq!(got["allocations"], want["allocations"].as_u64().unwrap() - allocs);
+    assert_eq!(
+        got["allocations"],
+        want["allocations"].as_u64().unwrap() - allocs
+    );
     assert_eq!(got["frees"], want["frees"].as_u64().unwrap() - frees);
     for cmd in [&["leaks"][..], &["peak"], &["timeline", "-o"]] {
         let mut c = analyzer();

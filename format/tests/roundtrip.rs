@@ -1062,11 +1062,12 @@ fn three_blocks() -> (Vec<u8>, [usize; 3]) {
     ]));
     let third = block(&raw_of(&[Record::Free(free_at(6, 0x3000)), stats(6)]));
     let pre = preamble(b"{}");
-    let at = [pre.len(), pre.len() + first.len(), pre.len() + first.len() + second.len()];
-    (
-        [&pre[..], &first[..], &second[..], &third[..]].concat(),
-        at,
-    )
+    let at = [
+        pre.len(),
+        pre.len() + first.len(),
+        pre.len() + first.len() + second.len(),
+    ];
+    ([&pre[..], &first[..], &second[..], &third[..]].concat(), at)
 }
 
 /// Every record `next_salvaged` gives, and the damage counted.

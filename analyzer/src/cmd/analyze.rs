@@ -25,6 +25,7 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     let mut analysis = Analysis::new();
     let loaded = crate::input::load_observed(&args.trace, &mut [&mut analysis])?;
     let r = &loaded.replayed;
+    let oom = super::oom::explain(&args.trace, r, args.frames)?;
     let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let report = build(
         TraceInfo::new(&args.trace, &loaded),
@@ -32,6 +33,7 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
         analysis,
         &mut sym,
         args.frames,
+        oom.as_ref(),
     );
     for w in sym.take_warnings() {
         crate::term::warn(&w);

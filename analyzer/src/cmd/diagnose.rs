@@ -259,7 +259,11 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
         "leaks",
         &leaks::build(info_of(), r, &mut sym, 0, frames, MemoryLevel::of(r, None)),
     )?;
-    let analyzed = analyze::build(info_of(), r, analysis, &mut sym, frames);
+    let oom = super::oom::explain(trace, r, frames)?;
+    if let Some(oom) = &oom {
+        bundle.write_json("oom.json", "oom", oom)?;
+    }
+    let analyzed = analyze::build(info_of(), r, analysis, &mut sym, frames, oom.as_ref());
     bundle.write_json("analyze.json", "analyze", &analyzed)?;
     bundle.write_json(
         "info.json",

@@ -2,12 +2,13 @@
 //! `report::oom`; this is its command line). It reads the trace twice: once to find and
 //! classify the failures, once up to the one it explains.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args as ClapArgs;
 
 use super::common;
 use crate::error::Error;
+use crate::replay::Replayed;
 use crate::report::{oom, TraceInfo};
 use crate::term;
 
@@ -52,4 +53,27 @@ pub fn run(args: &Args) -> Result<(), Error> {
         &mut |w| term::warn(&w),
     )?;
     common::emit(args.json, &report, oom::write_text)
+}
+
+/// The `oom` report (default options, `frames` per stack) of a trace that `r`, its first
+/// read, shows failed for lack of memory; `None` when it did not. For the commands that
+/// carry its verdict (`report`, `analyze`, `diagnose`): two more passes, only then. Their
+/// first read already warned of a damaged or truncated trace.
+pub fn explain(path: &Path, r: &Replayed, frames: usize) -> Result<Option<oom::OomReport>, Error> {
+    let oom = gpumemprof_format::OUT_OF_MEMORY;
+    if !r.failures.iter().any(|f| f.result == oom) {
+        return Ok(None);
+    }
+    let opts = oom::Options {
+        frames,
+        ..oom::Options::default()
+    };
+    let report = oom::analyze(
+        || crate::input::open(path),
+        |e| crate::input::read_error(path, e),
+        |loaded| TraceInfo::new(path, loaded),
+        &opts,
+        &mut |_| {},
+    )?;
+    Ok(report.failure.is_some().then_some(report))
 }

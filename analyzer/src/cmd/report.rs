@@ -47,6 +47,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
 
     let r = &loaded.replayed;
     let info = TraceInfo::new(&args.trace, &loaded);
+    let oom = super::oom::explain(&args.trace, r, crate::report::oom::DEFAULT_FRAMES)?;
     let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let summary = summary::build(info.clone(), r);
     let level = crate::report::level::MemoryLevel::of(r, None);
@@ -102,6 +103,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         peak_sites: &peak_sites,
         ooms: &ooms,
         oom_flamegraph: first_oom.as_ref().zip(oom_svg.as_deref()),
+        oom_verdict: oom.as_ref().map(|o| o.verdict.as_str()),
         apis: &apis,
     };
     let html = render(&page);

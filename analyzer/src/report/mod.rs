@@ -138,7 +138,11 @@ impl TraceInfo {
                 "WARNING: {} of the trace file ({}) could not be read and {} skipped; {}",
                 units::plural(self.damaged_blocks, "block", "blocks"),
                 units::bytes(self.damaged_bytes),
-                if self.damaged_blocks == 1 { "was" } else { "were" },
+                if self.damaged_blocks == 1 {
+                    "was"
+                } else {
+                    "were"
+                },
                 crate::input::damage_events(&self.damage)
             )?;
         }

@@ -36,6 +36,8 @@ pub struct Page<'a> {
     pub ooms: &'a [(OomEvent, Vec<Frame>)],
     /// Live memory at the first out-of-memory failure, and its flamegraph.
     pub oom_flamegraph: Option<(&'a Snapshot, &'a str)>,
+    /// The `oom` report's verdict on the failure it explains (the first final one).
+    pub oom_verdict: Option<&'a str>,
     pub apis: &'a HashMap<u16, String>,
 }
 
@@ -470,6 +472,16 @@ fn ooms(h: &mut String, p: &Page) {
             "allocation calls"
         ))
     );
+    if let Some(verdict) = p.oom_verdict {
+        let _ = write!(
+            h,
+            "<p class=\"verdict\"><strong>{}</strong></p><p class=\"note\">For what held the \
+             memory, what grew before the failure and the failure in PyTorch's terms: \
+             <code>gpumemprof oom {}</code></p>",
+            esc(verdict),
+            esc(&p.trace.path)
+        );
+    }
     h.push_str(
         "<table><tr><th class=\"num\">#</th><th class=\"num\">at</th><th>call</th>\
          <th class=\"num\">asked for</th><th>where</th><th class=\"num\">free / total then</th><th>stack</th></tr>",

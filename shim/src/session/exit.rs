@@ -32,13 +32,22 @@ fn finish_trace(status: c_int) {
     let _g = Guard::enter();
     p.set_ending(Ending::Exit(status));
     match p.shutdown(EXIT_FLUSH_TIMEOUT) {
-        Some((events, path)) => {
-            if !path.is_empty() {
-                say(&format!(
-                    "wrote {events} events to {path}; see what leaked with: gpumemprof leaks {path}"
-                ));
-            }
-        }
+        Some(w) if w.path.is_empty() => {}
+        Some(w) if w.out_of_memory > 0 => say(&format!(
+            "wrote {} events to {}; {} failed for lack of memory: see why with: gpumemprof oom {}",
+            w.events,
+            w.path,
+            if w.out_of_memory == 1 {
+                "1 allocation".to_string()
+            } else {
+                format!("{} allocations", w.out_of_memory)
+            },
+            w.path
+        )),
+        Some(w) => say(&format!(
+            "wrote {} events to {}; see what leaked with: gpumemprof leaks {}",
+            w.events, w.path, w.path
+        )),
         None => warn(
             "the writer did not finish its final flush in time; the trace may lack its last events",
         ),

@@ -53,6 +53,8 @@ pub struct WriterCore {
     pub(super) module_gen: (u64, u64),
     pub(super) known_modules: HashSet<(u64, String)>,
     pub(super) events: u64,
+    /// Allocations that failed for lack of memory (for the exit line's advice).
+    pub(super) out_of_memory: u64,
     pub(super) dropped: u64,
     pub(super) last_flush_ns: u64,
     pub(super) io_failed: bool,
@@ -90,6 +92,7 @@ impl WriterCore {
             module_gen: (0, 0),
             known_modules: HashSet::new(),
             events: 0,
+            out_of_memory: 0,
             dropped: 0,
             last_flush_ns: start_ns,
             io_failed: false,
@@ -276,6 +279,9 @@ impl WriterCore {
 
     /// Encodes one event (or hands it to the flight recorder).
     pub(super) fn put(&mut self, p: Pending) {
+        if matches!(&p, Pending::Failed(f) if f.result == OUT_OF_MEMORY) {
+            self.out_of_memory += 1;
+        }
         match &mut self.sink {
             Sink::File(out) => {
                 let enc = out.encoder();

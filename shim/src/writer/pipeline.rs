@@ -377,10 +377,8 @@ impl Pipeline {
     }
 
     /// Asks the writer to drain, write the End record and stop; waits up to `timeout`.
-    /// Returns the number of events written and the path (empty if no file was
-    /// written: a flight recorder that never saw an out-of-memory), or None if the
-    /// writer did not finish.
-    pub fn shutdown(&self, timeout: Duration) -> Option<(u64, String)> {
+    /// Returns what was written, or None if the writer did not finish.
+    pub fn shutdown(&self, timeout: Duration) -> Option<Written> {
         self.shutdown_requested.store(true, Ordering::Release);
         self.writer_sleeping.store(true, Ordering::Release);
         self.wake_writer();
@@ -392,6 +390,20 @@ impl Pipeline {
             std::thread::sleep(Duration::from_micros(200));
         }
         let core = self.core.lock();
-        Some((core.events, core.path().to_string()))
+        Some(Written {
+            events: core.events,
+            out_of_memory: core.out_of_memory,
+            path: core.path().to_string(),
+        })
     }
+}
+
+/// What a finished trace holds, for the exit line.
+pub struct Written {
+    pub events: u64,
+    /// Allocations that failed for lack of memory.
+    pub out_of_memory: u64,
+    /// The trace file (empty if none was written: a flight recorder that never saw an
+    /// out-of-memory).
+    pub path: String,
 }

@@ -34,19 +34,24 @@ pub use model::*;
 use std::io::{self, Write};
 
 use crate::replay::Replayed;
+use crate::report::oom::OomReport;
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::Symbolizer;
 use crate::term::{BOLD, DIM, WARN};
 use crate::units;
 
+/// The report; `oom`: the `oom` report of its out-of-memory failure, if it had one (its
+/// verdict is the first finding).
 pub fn build(
     trace: TraceInfo,
     r: &Replayed,
     analysis: Analysis,
     sym: &mut Symbolizer,
     frames: usize,
+    oom: Option<&OomReport>,
 ) -> AnalyzeReport {
-    let findings = analysis.findings(&trace, r, sym, frames);
+    let mut findings: Vec<Finding> = oom.and_then(oom_finding).into_iter().collect();
+    findings.extend(analysis.findings(&trace, r, sym, frames));
     let mut recommendations: Vec<Recommendation> = Vec::new();
     for f in &findings {
         if !recommendations.iter().any(|x| x.heuristic == f.heuristic) {
@@ -69,6 +74,34 @@ pub fn build(
         findings,
         recommendations,
     }
+}
+
+/// The out-of-memory failure `oom` explains, as a finding: its verdict, the failing call's
+/// stack, and the numbers of its report.
+fn oom_finding(oom: &OomReport) -> Option<Finding> {
+    let f = oom.failure.as_ref()?;
+    let counts = &oom.failure_counts;
+    let mut evidence = vec![
+        ("requested_bytes", f.size),
+        ("failures", counts.out_of_memory),
+        ("final_failures", counts.r#final),
+        ("transient_failures", counts.transient),
+        ("live_bytes", oom.live.as_ref().map_or(0, |l| l.bytes)),
+    ];
+    evidence.extend(f.mem_free_bytes.map(|b| ("free_bytes", b)));
+    evidence.extend(f.mem_total_bytes.map(|b| ("total_bytes", b)));
+    Some(Finding {
+        heuristic: "out_of_memory",
+        severity: "warning",
+        device: Some(f.device),
+        kind: Some(f.kind),
+        bytes: f.size,
+        count: counts.out_of_memory,
+        stack_id: Some(f.stack_id),
+        frames: f.frames.clone(),
+        message: oom.verdict.clone(),
+        evidence: evidence.into_iter().collect(),
+    })
 }
 
 pub fn write_text(report: &AnalyzeReport, out: &mut dyn Write) -> io::Result<()> {

@@ -38,7 +38,8 @@ pub const CACHED_MIN_PERCENT: u64 = 25;
 pub(super) const MAX_SIZES_COUNTED: usize = 4096;
 
 /// Heuristic ids, in the order findings of equal severity are listed.
-pub const HEURISTICS: [&str; 8] = [
+pub const HEURISTICS: [&str; 9] = [
+    "out_of_memory",
     "monotonic_growth",
     "site_still_growing",
     "insufficient_cleanup",
@@ -102,6 +103,10 @@ pub struct Recommendation {
 /// The plain advice for each heuristic.
 pub fn recommendation(heuristic: &str) -> &'static str {
     match heuristic {
+        "out_of_memory" => {
+            "An allocation failed for lack of memory: `gpumemprof oom TRACE` shows what held the \
+             device then, what grew in the seconds before and whether a retry succeeded."
+        }
         "monotonic_growth" => {
             "Memory that is never freed grows every cycle: see `gpumemprof leaks` for the sites, \
              and drop references kept across iterations (tensors kept in a list for logging, a \
