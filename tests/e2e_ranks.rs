@@ -148,7 +148,7 @@ fn summary_and_peak_of_the_job_name_the_highest_rank() {
     let out = gpumemprof(&["summary", path(&dir)]);
     assert_eq!(out.status.code(), Some(0), "{:?}", stderr_lines(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.starts_with("3 traces (ranks 0, 1, 2)\n"), "{text}");
+    assert!(text.starts_with("3 traces (ranks 0-2)\n"), "{text}");
     assert!(
         text.contains(
             "highest peak: rank 2, 10.0 MiB (10485760 B) at 0.0" // the time varies per run
@@ -209,10 +209,18 @@ fn gates_fail_when_any_rank_exceeds_and_a_bad_trace_fails_the_job() {
             path(&traces[2])
         )]
     );
-    // A rank that died before writing its header leaves a file that is no trace.
+    // A rank that died before writing its header leaves a file that is no trace: in the
+    // folder it is skipped with a warning, named on the command line it fails the job.
     let bad = dir.join("job.r3.trace");
     std::fs::write(&bad, b"GPUMEMPF").expect("write");
     let out = gpumemprof(&["leaks", d]);
+    assert_eq!(out.status.code(), Some(0));
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with("; skipped"), "{lines:?}");
+    let mut named: Vec<&str> = traces.iter().map(|t| path(t)).collect();
+    named.push(path(&bad));
+    let out = gpumemprof(&[&["leaks"][..], &named].concat());
     assert_eq!(out.status.code(), Some(5));
     assert!(out.stdout.is_empty());
     let lines = stderr_lines(&out);
@@ -221,4 +229,72 @@ fn gates_fail_when_any_rank_exceeds_and_a_bad_trace_fails_the_job() {
         lines[0].starts_with(&format!("gpumemprof: error: {}: ", path(&bad))),
         "{lines:?}"
     );
+}
+
+/// The situation: a job folder of forked workers (one rank, each process its own
+/// trace, `fork_children.c` under RANK=0) and an empty trace (a process that died before
+/// writing). The empty file is skipped with one warning; the processes are named by pid,
+/// not as "rank 0" four times; an empty trace alone is still an error.
+#[test]
+fn forked_workers_are_named_by_pid_and_an_empty_trace_is_skipped() {
+    let dir = scratch("ranks_forked");
+    let out = gpumemprof_tests::program_command("fork_children")
+        .env("LD_PRELOAD", gpumemprof_tests::shim_path())
+        .env("GPUMEMPROF_OUTPUT", dir.join("job.%p.trace"))
+        .env("GPUMEMPROF_NVML_MS", "0")
+        .env("RANK", "0")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = out.id();
+    let out = out.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pid_of = |name: &str| -> u64 {
+        let line = stdout.lines().find(|l| l.starts_with(name)).unwrap();
+        line[name.len() + 1..].parse().unwrap()
+    };
+    let children: Vec<u64> = ["child1", "child2", "child3"].map(pid_of).to_vec();
+    std::fs::write(dir.join("empty.trace"), b"").unwrap();
+
+    let leaks = gpumemprof(&["leaks", path(&dir)]);
+    assert_eq!(leaks.status.code(), Some(0), "{:?}", stderr_lines(&leaks));
+    let warnings = stderr_lines(&leaks);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "gpumemprof: warning: {}: trace header is cut short",
+            dir.join("empty.trace").display()
+        )) && warnings[0].ends_with("; skipped"),
+        "{warnings:?}"
+    );
+    let text = String::from_utf8_lossy(&leaks.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("4 traces (pids "), "{text}");
+    let pids = |list: &[u64]| {
+        list.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    assert!(
+        text.contains(&format!(
+            "3.0 MiB (3145728 B) in 3 allocations (device memory), pids {}",
+            pids(&children)
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("highest peak: pid {parent} (rank 0), 2.0 MiB")),
+        "{text}"
+    );
+    assert!(!text.contains("ranks 0, 0"), "{text}");
+    let v = json_of(&["leaks", path(&dir)]);
+    assert_eq!(v["traces"].as_array().unwrap().len(), 4);
+
+    let alone = dir.join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::write(alone.join("empty.trace"), b"").unwrap();
+    let out = gpumemprof(&["summary", path(&alone)]);
+    assert_eq!(out.status.code(), Some(5), "{:?}", stderr_lines(&out));
 }

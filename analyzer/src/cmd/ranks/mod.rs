@@ -15,16 +15,20 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use gpumemprof_format::{MemKind, TraceReader, MAGIC};
 use serde::Serialize;
 
+mod text;
+
+pub use text::{write_text, Names};
+
 use crate::cmd::common;
 use crate::error::Error;
 use crate::input::rank_of;
-use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
+use crate::report::{TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
 use gpumemprof_format::header::str_field as header_str;
@@ -125,7 +129,7 @@ type Merged = BTreeMap<(MemKind, Vec<String>), Site>;
 /// Runs `summary`/`peak`/`leaks` on several traces or directories: prints the report,
 /// then applies the gates to every trace.
 pub fn run(inputs: &[PathBuf], opts: &Options) -> Result<(), Error> {
-    let files = sorted(collect(inputs)?)?;
+    let files = sorted(collect_listed(inputs)?)?;
     let report = build(&files, opts)?;
     common::emit(opts.json, &report, write_text)?;
     match opts.which {
@@ -148,6 +152,14 @@ pub fn run(inputs: &[PathBuf], opts: &Options) -> Result<(), Error> {
 
 /// The files named, with each directory replaced by its traces; the same file once.
 pub fn collect(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    Ok(collect_listed(inputs)?
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect())
+}
+
+/// `collect`, each file with whether it was found in a directory (not named itself).
+fn collect_listed(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>, Error> {
     let mut files = Vec::new();
     for input in inputs {
         if input.is_dir() {
@@ -160,14 +172,14 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
                     input.display()
                 )));
             }
-            files.extend(found);
+            files.extend(found.into_iter().map(|f| (f, true)));
         } else {
-            files.push(input.clone());
+            files.push((input.clone(), false));
         }
     }
     // A directory and a file in it given together: read the file once.
     let mut seen = HashSet::new();
-    files.retain(|f| seen.insert(f.canonicalize().unwrap_or_else(|_| f.clone())));
+    files.retain(|(f, _)| seen.insert(f.canonicalize().unwrap_or_else(|_| f.clone())));
     Ok(files)
 }
 
@@ -209,18 +221,32 @@ pub struct Entry {
 }
 
 /// Reads each header (not the events) and sorts by rank, traces without one last, then
-/// path. A file that is not a trace fails here, before anything is replayed.
-pub fn sorted(files: Vec<PathBuf>) -> Result<Vec<Entry>, Error> {
+/// path. A file named on the command line that is not a trace fails here, before anything
+/// is replayed; one found in a directory whose header cannot be read (an empty file: a
+/// process that died before writing it) is skipped with a warning, unless none is left.
+pub fn sorted(files: Vec<(PathBuf, bool)>) -> Result<Vec<Entry>, Error> {
     let mut entries = Vec::with_capacity(files.len());
-    for path in files {
+    let mut skipped: Option<Error> = None;
+    for (path, listed) in files {
         let file = File::open(&path).map_err(|source| Error::Open {
             path: path.clone(),
             source,
         })?;
-        let reader = TraceReader::open(BufReader::new(file))
-            .map_err(|e| crate::input::read_error(&path, e))?;
+        let reader = match TraceReader::open(BufReader::new(file)) {
+            Ok(reader) => reader,
+            Err(e) if listed => {
+                let e = crate::input::read_error(&path, e);
+                crate::term::warn(&format!("{e}; skipped"));
+                skipped = Some(e);
+                continue;
+            }
+            Err(e) => return Err(crate::input::read_error(&path, e)),
+        };
         let rank = rank_of(reader.header());
         entries.push(Entry { path, rank });
+    }
+    if let (true, Some(e)) = (entries.is_empty(), skipped) {
+        return Err(e);
     }
     entries.sort_by(|a, b| {
         (a.rank.is_none(), a.rank, &a.path).cmp(&(b.rank.is_none(), b.rank, &b.path))
@@ -410,130 +436,20 @@ fn gate(
         1 => ", and so does 1 more trace".to_string(),
         n => format!(", and so do {n} more traces"),
     };
+    let names = Names::of(&report.traces);
+    let index = report
+        .traces
+        .iter()
+        .position(|t| std::ptr::eq(t, worst))
+        .unwrap_or(0);
     Err(Error::Gate(format!(
-        "rank {} ({}): {what} {} exceeds {flag} {}{others}: reduce it, or raise the limit if \
+        "{} ({}): {what} {} exceeds {flag} {}{others}: reduce it, or raise the limit if \
          the growth is expected",
-        rank_text(worst.rank),
+        names.one(index),
         worst.trace.path,
         units::bytes_exact(value(worst)),
         units::bytes_exact(limit)
     )))
-}
-
-fn rank_text(rank: Option<u64>) -> String {
-    rank.map_or_else(|| "?".to_string(), |r| r.to_string())
-}
-
-pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
-    let ranks: Vec<String> = report.traces.iter().map(|t| rank_text(t.rank)).collect();
-    writeln!(
-        out,
-        "{} (ranks {})",
-        units::plural(report.traces.len() as u64, "trace", "traces"),
-        ranks.join(", ")
-    )?;
-    writeln!(
-        out,
-        "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  trace",
-        "rank", "host", "pid", "peak", "peak at", "live@end", "events"
-    )?;
-    for t in &report.traces {
-        writeln!(
-            out,
-            "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  {}",
-            rank_text(t.rank),
-            t.host.as_deref().unwrap_or("?"),
-            t.trace
-                .pid
-                .map_or_else(|| "?".to_string(), |p| p.to_string()),
-            units::bytes(t.peak_bytes),
-            units::secs(t.peak_time_ns),
-            units::bytes(t.live_bytes_at_end),
-            t.trace.events,
-            t.trace.path
-        )?;
-    }
-    for t in &report.traces {
-        if let Some(sig) = t.trace.died_of() {
-            writeln!(
-                out,
-                "WARNING: rank {} ({}) was ended by {sig} (live@end: live when it died)",
-                rank_text(t.rank),
-                t.trace.path
-            )?;
-        }
-        let doubts = [
-            (
-                !t.trace.complete,
-                "did NOT exit cleanly (live@end: live when the trace stopped)",
-            ),
-            (
-                t.trace.truncated,
-                "is cut short (only its complete blocks were read)",
-            ),
-            (
-                t.trace.dropped > 0,
-                "lost events in the shim (its numbers undercount)",
-            ),
-            (
-                t.trace.damaged_blocks > 0,
-                "has damaged blocks, skipped (its numbers undercount)",
-            ),
-        ];
-        for (_, why) in doubts.iter().filter(|(doubt, _)| *doubt) {
-            writeln!(
-                out,
-                "WARNING: rank {} ({}) {why}",
-                rank_text(t.rank),
-                t.trace.path
-            )?;
-        }
-    }
-    let h = &report.highest;
-    writeln!(
-        out,
-        "\nhighest peak: rank {}, {} at {}, {} above the median {}",
-        rank_text(h.rank),
-        units::bytes_exact(h.peak_bytes),
-        units::secs(report.traces.get(h.index).map_or(0, |t| t.peak_time_ns)),
-        units::bytes_exact(h.above_median_bytes),
-        units::bytes_exact(h.median_peak_bytes)
-    )?;
-    let Some(sites) = &report.sites else {
-        return Ok(());
-    };
-    let total = report.sites_total.unwrap_or(0);
-    if report.command == Which::Leaks {
-        writeln!(
-            out,
-            "\n{} in {} live at the end, all traces, from {}",
-            units::bytes_exact(report.live_bytes_at_end),
-            units::plural(report.live_allocations_at_end, "allocation", "allocations"),
-            units::plural(total, "call site", "call sites")
-        )?;
-    } else {
-        writeln!(
-            out,
-            "\ncall sites at the peaks (bytes summed over the traces): {total}"
-        )?;
-    }
-    if (sites.len() as u64) < total {
-        writeln!(out, "showing the {} largest", sites.len())?;
-    }
-    for (n, s) in sites.iter().enumerate() {
-        let ranks: Vec<String> = s.ranks.iter().map(|r| rank_text(*r)).collect();
-        writeln!(
-            out,
-            "\n#{} {} in {} ({} memory), ranks [{}]",
-            n + 1,
-            units::bytes_exact(s.bytes),
-            units::plural(s.count, "allocation", "allocations"),
-            s.kind,
-            ranks.join(", ")
-        )?;
-        write_frames(out, &s.frames, "    ")?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
