@@ -482,6 +482,21 @@ fn monitor_and_track_follow_a_running_process_by_pid() {
     ));
     assert_eq!(m["sites"][0]["frames"][0]["line"], hold);
     assert_eq!(m["sites"][0]["count"], 2);
+    // The trace of a process still writing it is not "did NOT exit cleanly".
+    let out = gpumemprof(&["summary", path(&trace)]);
+    assert_eq!(code(&out), Some(0), "{:?}", stderr_lines(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("process still running (the trace is read as far as it is written)"),
+        "{text}"
+    );
+    let out = gpumemprof(&["leaks", path(&trace)]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("8.0 MiB (8388608 B) in 2 allocations live so far"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     // track --pid follows until the process exits.
     let tracker = analyzer()

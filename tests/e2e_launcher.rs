@@ -499,8 +499,9 @@ fn the_level_is_shown_without_the_launcher_too() {
             Some(level) => assert_eq!(levels, [&json!(level)], "{name}"),
             None => {
                 assert!(levels.is_empty(), "{name}: {levels:?}");
-                assert!(summary_text(&trace)
-                    .contains("allocator level: no framework allocator variable set"));
+                // No framework library was loaded: nothing to say about allocators.
+                let text = summary_text(&trace);
+                assert!(!text.contains("allocator level:"), "{text}");
             }
         }
     }

@@ -473,3 +473,82 @@ fn screenshot(html: &Path, png: &Path) {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert!(bytes.len() > 20_000, "a blank page? {} bytes", bytes.len());
 }
+
+/// The trial's rough edges, each in the situation it was met: `--oom 1` reads as `--oom=1`;
+/// `--device` of a device the trace never used is an error, not an empty graph; `-o` of a
+/// directory is refused before reading; a negative count and a time too large for the flag
+/// say what is wrong (no clap tip about `-- -5`); `peak`'s text ends with the total its
+/// `--max-peak` gate checks.
+#[test]
+fn rough_edges_of_the_command_line() {
+    let (dir, trace) = traced("views_rough_edges", "all_apis", &[]);
+    let t = path(&trace);
+    let svg = |name: &str| dir.join(name).display().to_string();
+    ok(&["flamegraph", t, "--oom", "1", "-o", &svg("spaced.svg")]);
+    ok(&["flamegraph", t, "--oom=1", "-o", &svg("joined.svg")]);
+    assert_eq!(
+        std::fs::read(svg("spaced.svg")).unwrap(),
+        std::fs::read(svg("joined.svg")).unwrap()
+    );
+
+    let failing = [
+        (
+            vec!["flamegraph", t, "--device", "99", "-o", "never.svg"],
+            1,
+            "gpumemprof: error: the trace has no memory on device 99 (it has devices 0, 1): give \
+             one of those to --device"
+                .to_string(),
+        ),
+        (
+            vec!["flamegraph", t, "-o", path(&dir), "-f"],
+            1,
+            format!(
+                "gpumemprof: error: {}: is a directory; give a file name with -o (a file in it, \
+                 for example)",
+                dir.display()
+            ),
+        ),
+        (
+            vec!["leaks", t, "--top", "-5"],
+            2,
+            "error: invalid value '-5' for '--top <N>': give 0 or more".to_string(),
+        ),
+        (
+            vec!["oom", t, "--window", "1e400"],
+            2,
+            "error: invalid value '1e400' for '--window <SECONDS>': \"1e400\": too large (at \
+             most 18446744073 seconds)"
+                .to_string(),
+        ),
+    ];
+    for (args, code, first) in failing {
+        let out = gpumemprof(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.lines().next(), Some(first.as_str()), "{args:?}: {err}");
+        assert!(!err.contains("tip:"), "{err}");
+    }
+    assert!(!Path::new("never.svg").exists());
+
+    let summary = report("summary", &trace, &[]);
+    let text = report_text("peak", &trace, &["--max-peak", "1TiB"]);
+    let total = summary["totals"]["peak_bytes"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!(
+            "all memory together (what --max-peak checks): peak {} ({total} B) at ",
+            units_bytes(total)
+        )),
+        "{text}"
+    );
+    let peak = report("peak", &trace, &[]);
+    assert_eq!(peak["total_peak_bytes"], total);
+    assert_eq!(
+        peak["total_peak_time_ns"],
+        summary["totals"]["peak_time_ns"]
+    );
+}
+
+/// `units::bytes` as the analyzer prints it, for the sizes these tests meet (MiB).
+fn units_bytes(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
+}

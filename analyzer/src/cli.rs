@@ -130,10 +130,83 @@ fn one_trace_only(input: &Input, given: bool, flag: &str) {
     }
 }
 
+/// The command line as clap should see it, before any `--` and for every command but
+/// `run` (whose program's arguments are its own): `--oom N` reads as `--oom=N` (the flag's
+/// value is optional, so clap would take N for a trace), and `--flag -5` as `--flag=-5`, so
+/// that a negative number is refused as a value of its flag rather than taken for a flag.
+fn normalized(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let text = |a: &std::ffi::OsString| a.to_str().map(str::to_owned);
+    let is_run = args
+        .iter()
+        .skip(1)
+        .find(|a| !a.to_string_lossy().starts_with('-'))
+        .is_some_and(|a| a == "run");
+    if is_run {
+        return args;
+    }
+    let number = |t: &str, negative: bool| {
+        let digits = if negative {
+            t.strip_prefix('-')
+        } else {
+            Some(t)
+        };
+        digits.is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    };
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        let (this, next) = (text(&args[i]), args.get(i + 1).and_then(text));
+        match (this.as_deref(), next.as_deref()) {
+            (Some("--"), _) => {
+                out.extend(args[i..].iter().cloned());
+                break;
+            }
+            (Some(flag), Some(value))
+                if flag.starts_with("--")
+                    && !flag.contains('=')
+                    && ((flag == "--oom" && number(value, false)) || number(value, true)) =>
+            {
+                out.push(format!("{flag}={value}").into());
+                i += 2;
+            }
+            _ => {
+                out.push(args[i].clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// clap's error, exit 2; a negative number given for a count reads as what it is.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() == ErrorKind::ValueValidation {
+        let value = match e.get(ContextKind::InvalidValue) {
+            Some(ContextValue::String(v)) => Some(v.clone()),
+            _ => None,
+        };
+        let flag = match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(f)) => Some(f.clone()),
+            _ => None,
+        };
+        if let (Some(value), Some(flag)) = (value, flag) {
+            if value.starts_with('-') && e.to_string().contains("invalid digit") {
+                eprintln!("error: invalid value '{value}' for '{flag}': give 0 or more");
+                std::process::exit(2);
+            }
+        }
+    }
+    e.exit()
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn run() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse_from(normalized(std::env::args_os().collect())) {
+        Ok(cli) => cli,
+        Err(e) => usage_error(e),
+    };
     crate::term::set_quiet(cli.quiet);
     crate::cxx_names::set_full(cli.full_names);
     crate::glue::set_native(cli.native);

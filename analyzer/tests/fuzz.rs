@@ -216,7 +216,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     let mut l = leaks::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
     l.by_range = Some(by_range::leaks(r, 0));
     render(&l, leaks::write_text);
-    let analyzed = analyze::build(trace.clone(), r, analysis, &mut sym, 0);
+    let analyzed = analyze::build(trace.clone(), r, analysis, &mut sym, 0, None);
     render(&analyzed, analyze::write_text);
     render(
         &info::trace(trace.clone(), &loaded, apis),
@@ -298,6 +298,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         peak_sites: &peak_sites,
         ooms: &ooms,
         oom_flamegraph: first_oom.as_ref().zip(oom_svg.as_deref()),
+        oom_verdict: Some("OOM: <a verdict> & \"quotes\""),
         apis: &apis,
     };
     html::render(&page);

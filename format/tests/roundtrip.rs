@@ -1089,8 +1089,8 @@ fn a_damaged_block_is_skipped_and_its_bytes_and_events_are_counted() {
 
     // Three bytes flipped inside the second block's compressed data: its length is intact.
     let mut flipped = good.clone();
-    for i in at[1] + 12..at[1] + 15 {
-        flipped[i] ^= 0x5a;
+    for b in &mut flipped[at[1] + 12..at[1] + 15] {
+        *b ^= 0x5a;
     }
     let (recs, damage, blocks) = salvaged(&flipped);
     assert_eq!((recs.len(), blocks), (5, 2), "{recs:?}");

@@ -123,8 +123,9 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
         Format::Folded => {
             let mut builder = args.moment.builder();
             let loaded = load(trace, &mut [&mut builder])?;
-            let snap = snapshot(builder)?;
             let r = &loaded.replayed;
+            args.moment.check_device(r)?;
+            let snap = snapshot(builder)?;
             let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
             let lines = views::flamegraph::folded(&snap, &mut sym, args.inverted);
             warn_all(sym.take_warnings());

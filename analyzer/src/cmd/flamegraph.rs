@@ -30,8 +30,9 @@ pub fn run(args: &Args) -> Result<(), Error> {
     args.output.check(&args.trace)?;
     let mut builder = args.moment.builder();
     let loaded = load(&args.trace, &mut [&mut builder])?;
-    let snap = snapshot(builder)?;
     let r = &loaded.replayed;
+    args.moment.check_device(r)?;
+    let snap = snapshot(builder)?;
     let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
     let lines = folded(&snap, &mut sym, args.inverted);
     warn_all(sym.take_warnings());

@@ -71,6 +71,12 @@ impl Output {
                 self.output.display()
             )));
         }
+        if self.output.is_dir() {
+            return Err(Error::Failed(format!(
+                "{}: is a directory; give a file name with -o (a file in it, for example)",
+                self.output.display()
+            )));
+        }
         if !self.force && self.output.exists() {
             return Err(exists(&self.output));
         }
@@ -173,6 +179,33 @@ impl MomentArgs {
     pub fn builder(&self) -> SnapshotBuilder {
         SnapshotBuilder::new(self.moment(), self.device).with_level(self.level)
     }
+
+    /// `--device N` of a device the trace never allocated on is a mistake, not an empty
+    /// graph: the command's failure, naming the devices it has.
+    pub fn check_device(&self, r: &crate::replay::Replayed) -> Result<(), Error> {
+        let Some(device) = self.device else {
+            return Ok(());
+        };
+        let mut devices: Vec<i32> = r.rows.iter().map(|row| row.device).collect();
+        devices.dedup();
+        if devices.contains(&device) {
+            return Ok(());
+        }
+        let have: Vec<String> = devices.iter().map(|&d| crate::units::device(d)).collect();
+        Err(Error::Failed(format!(
+            "the trace has no memory on device {device} (it has {}): give one of those to \
+             --device",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                format!(
+                    "{} {}",
+                    if have.len() == 1 { "device" } else { "devices" },
+                    have.join(", ")
+                )
+            }
+        )))
+    }
 }
 
 /// Seconds (a decimal number, not negative) to nanoseconds.
@@ -181,10 +214,17 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds (e.g. 12.5)"))?;
-    if !s.is_finite() || s < 0.0 {
+    if s.is_nan() || s < 0.0 {
         return Err(format!("{text:?}: give a time of 0 seconds or more"));
     }
-    Ok((s * 1e9).round().min(u64::MAX as f64) as u64)
+    // u64 nanoseconds reach 584 years.
+    if s * 1e9 >= u64::MAX as f64 {
+        return Err(format!(
+            "{text:?}: too large (at most {} seconds)",
+            u64::MAX / 1_000_000_000
+        ));
+    }
+    Ok((s * 1e9).round() as u64)
 }
 
 /// Opens and replays the whole trace, showing it to `observers` (progress, Ctrl-C and the

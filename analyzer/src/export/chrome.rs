@@ -416,13 +416,7 @@ mod tests {
             pid: Some(42),
             argv: vec!["train".into()],
             complete: true,
-            ending: None,
-            truncated: false,
-            events: 0,
-            queue_waits: 0,
-            dropped: 0,
-            duration_ns: 0,
-            framework: Default::default(),
+            ..TraceInfo::default()
         }
     }
 

@@ -16,7 +16,7 @@
 mod find;
 mod state;
 
-pub use find::{find_trace, process_running};
+pub use find::{find_trace, process_running, still_writing};
 pub use state::*;
 
 use std::fs::File;

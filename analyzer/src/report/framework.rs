@@ -43,6 +43,10 @@ pub struct Framework {
     pub modes: Vec<String>,
     /// One per framework whose allocator variables were set or that a mode named.
     pub levels: Vec<Level>,
+    /// A framework's library (PyTorch, TensorFlow, XLA) was loaded in the process: only
+    /// then does "no framework allocator variable set" say anything (`with_libraries`).
+    #[serde(skip)]
+    pub libraries: bool,
 }
 
 /// What one framework's allocations in the trace are.
@@ -101,11 +105,37 @@ impl Framework {
         if wanted("jax=", JAX_VARIABLES) {
             levels.push(jax(&get));
         }
-        Framework { modes, levels }
+        Framework {
+            modes,
+            levels,
+            libraries: false,
+        }
     }
 
-    /// One line per framework, or one line saying nothing was set; then a blank line.
+    /// Notes whether `modules` (the trace's loaded objects) include a framework's library.
+    pub fn with_libraries(mut self, modules: &[gpumemprof_format::Module]) -> Framework {
+        const LIBRARIES: [&str; 7] = [
+            "libc10",
+            "libtorch",
+            "libtensorflow",
+            "_pywrap_tensorflow",
+            "libxla",
+            "xla_extension",
+            "libjax",
+        ];
+        self.libraries = modules.iter().any(|m| {
+            let name = m.path.rsplit('/').next().unwrap_or(&m.path);
+            LIBRARIES.iter().any(|l| name.starts_with(l))
+        });
+        self
+    }
+
+    /// One line per framework, or one line saying nothing was set when a framework's
+    /// library was loaded; then a blank line (when any line was written).
     pub fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        if self.levels.is_empty() && self.modes.is_empty() && !self.libraries {
+            return Ok(());
+        }
         if self.levels.is_empty() {
             writeln!(
                 out,
@@ -308,6 +338,31 @@ mod tests {
             .iter()
             .map(|l| (l.framework, l.level, l.setting.as_str()))
             .collect()
+    }
+
+    fn text(f: &Framework) -> String {
+        let mut out = Vec::new();
+        f.write_text(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_no_variable_line_only_where_a_framework_library_was_loaded() {
+        let module = |path: &str| gpumemprof_format::Module {
+            time_ns: 0,
+            bias: 0,
+            start: 0,
+            end: 1,
+            path: path.to_string(),
+            build_id: Vec::new(),
+        };
+        let plain = derive(&[], &[]).with_libraries(&[module("/usr/bin/train_leak")]);
+        assert_eq!(text(&plain), "");
+        let torch = derive(&[], &[]).with_libraries(&[
+            module("/usr/bin/python3.11"),
+            module("/site-packages/torch/lib/libc10_cuda.so"),
+        ]);
+        assert!(text(&torch).starts_with("allocator level: no framework allocator variable set"));
     }
 
     #[test]

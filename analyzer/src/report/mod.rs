@@ -32,7 +32,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const DEFAULT_FRAMES: usize = 10;
 
 /// The `trace` object of every JSON report: which trace, and how much to trust it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct TraceInfo {
     /// The trace file as given on the command line.
     pub path: String,
@@ -56,6 +56,10 @@ pub struct TraceInfo {
     /// Why the first damaged block could not be read, and its file offset.
     #[serde(skip)]
     pub damage: gpumemprof_format::Damage,
+    /// Not complete, and its process still runs on this host with the file open: the
+    /// trace is read as far as it was written (text says "still running").
+    #[serde(skip)]
+    pub running: bool,
     /// Events the shim encoded, per its last counters record.
     pub events: u64,
     /// Events whose producer had to wait for queue space.
@@ -83,6 +87,12 @@ impl TraceInfo {
             })
             .unwrap_or_default();
         let p = &loaded.replayed.pipeline;
+        let pid = header.get("pid").and_then(|p| p.as_u64());
+        let running = !p.complete
+            && pid.is_some_and(|pid| {
+                let host = header.get("host").and_then(|h| h.as_str());
+                crate::live::still_writing(pid as u32, host, path)
+            });
         TraceInfo {
             path: path.display().to_string(),
             pid: header.get("pid").and_then(|p| p.as_u64()),
@@ -95,6 +105,7 @@ impl TraceInfo {
             damaged_events: (loaded.damage.events_known || loaded.damage.blocks == 0)
                 .then_some(loaded.damage.events),
             damage: loaded.damage.clone(),
+            running,
             events: p.events,
             queue_waits: p.queue_waits,
             dropped: p.dropped,
@@ -198,6 +209,9 @@ impl TraceInfo {
                 format!("exited with status {status}")
             }
             (_, true) => "exited cleanly".to_string(),
+            (_, false) if self.running => {
+                "still running (the trace is read as far as it is written)".to_string()
+            }
             (_, false) => "did NOT exit cleanly".to_string(),
         }
     }
@@ -209,6 +223,8 @@ impl TraceInfo {
             "when the process died"
         } else if self.complete {
             "at exit"
+        } else if self.running {
+            "so far"
         } else {
             "when the trace stopped"
         }

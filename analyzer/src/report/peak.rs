@@ -21,6 +21,10 @@ pub struct PeakReport {
     /// One per (device, kind) that allocated anything at that level, sorted by device
     /// then kind.
     pub peaks: Vec<Peak>,
+    /// The peak of all memory together (every device and kind; `summary`'s
+    /// `totals.peak_bytes`, what `--max-peak` checks) and when it was first reached.
+    pub total_peak_bytes: u64,
+    pub total_peak_time_ns: u64,
     /// With `--by range` only: the peak of all memory by NVTX range.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by_range: Option<super::by_range::PeakByRange>,
@@ -99,6 +103,8 @@ pub fn build(
         trace,
         level,
         peaks,
+        total_peak_bytes: r.totals.peak_bytes,
+        total_peak_time_ns: r.totals.peak_time_ns,
         by_range: None,
     }
 }
@@ -138,5 +144,10 @@ pub fn write_text(report: &PeakReport, out: &mut dyn Write) -> io::Result<()> {
             write_frames(out, &site.frames, "      ")?;
         }
     }
-    Ok(())
+    writeln!(
+        out,
+        "\nall memory together (what --max-peak checks): peak {} at {}",
+        units::bytes_exact(report.total_peak_bytes),
+        units::secs(report.total_peak_time_ns)
+    )
 }

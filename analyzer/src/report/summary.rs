@@ -162,7 +162,7 @@ impl From<&Counters> for Counts {
 }
 
 pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
-    let framework = trace.framework.clone();
+    let framework = trace.framework.clone().with_libraries(&r.modules);
     SummaryReport {
         schema_version: SCHEMA_VERSION,
         trace,

@@ -11,6 +11,7 @@ use std::sync::Once;
 use gpumemprof_format::MemKind;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 
 use crate::timeline::{SeriesKey, Timeline};
@@ -194,6 +195,42 @@ fn duration(ns: u64) -> String {
 /// One legend entry: colour, text, dashed.
 type LegendItem = (RGBColor, String, bool);
 
+/// Rows of labels at the top of a panel.
+const LABEL_ROWS: usize = 4;
+/// About how wide a character of the 11-pixel label font is, and how wide the plot is, in
+/// pixels (the figure's width less its margins and the y-axis labels).
+const LABEL_CHAR_PX: f64 = 6.5;
+const PLOT_PX: f64 = (WIDTH - 12 - 24 - 72) as f64;
+
+/// Where each label `(x, text)` (in time order) goes: its row from the top, and whether it
+/// sits left of its line (when it would run past the right edge `x_end`). A label takes
+/// the first row where it does not overlap the labels already there, else the row whose
+/// last label ends first.
+fn place_labels(labels: &[(f64, String)], x_end: f64) -> Vec<(usize, bool)> {
+    let mut ends = [f64::NEG_INFINITY; LABEL_ROWS];
+    labels
+        .iter()
+        .map(|(x, text)| {
+            let width = text.chars().count() as f64 * LABEL_CHAR_PX / PLOT_PX * x_end;
+            let left = x + width > x_end;
+            let (start, end) = if left {
+                (x - width, *x)
+            } else {
+                (*x, x + width)
+            };
+            let row = (0..LABEL_ROWS)
+                .find(|&r| ends[r] <= start)
+                .unwrap_or_else(|| {
+                    (0..LABEL_ROWS)
+                        .min_by(|&a, &b| ends[a].total_cmp(&ends[b]))
+                        .unwrap_or(0)
+                });
+            ends[row] = end;
+            (row, left)
+        })
+        .collect()
+}
+
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     t: &Timeline,
@@ -324,18 +361,26 @@ fn draw_panel<DB: DrawingBackend>(
         .iter()
         .filter(|o| device.is_none() || device == Some(o.device))
         .collect();
-    for (n, o) in ooms.iter().enumerate() {
-        let x = secs(o.time_ns);
+    let labels: Vec<(f64, String)> = ooms
+        .iter()
+        .map(|o| (secs(o.time_ns), format!(" OOM {} ", units::bytes(o.size))))
+        .collect();
+    let places = place_labels(&labels, x_end);
+    for (n, (x, text)) in labels.iter().enumerate() {
         chart.draw_series(std::iter::once(PathElement::new(
-            vec![(x, 0.0), (x, y_end)],
+            vec![(*x, 0.0), (*x, y_end)],
             OOM_RED.stroke_width(2),
         )))?;
         if ooms.len() <= LABELLED_OOMS {
+            let (row, left) = places[n];
+            let side = if left { HPos::Right } else { HPos::Left };
             chart.draw_series(std::iter::once(Text::new(
-                format!(" OOM {}", units::bytes(o.size)),
-                // Three rows of labels, so failures close in time stay readable.
-                (x, y_end * (1.0 - 0.05 * (n % 3) as f64)),
-                ("sans-serif", 11).into_font().color(&OOM_RED),
+                text.clone(),
+                (*x, y_end * (1.0 - 0.05 * row as f64)),
+                ("sans-serif", 11)
+                    .into_font()
+                    .color(&OOM_RED)
+                    .pos(Pos::new(side, VPos::Top)),
             )))?;
         }
     }
@@ -386,6 +431,20 @@ fn draw_legend<DB: DrawingBackend>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn labels_near_the_right_edge_sit_left_and_close_ones_take_other_rows() {
+        let label = |x: f64| (x, " OOM 256.0 MiB ".to_string());
+        // 15 characters are about 1/13 of the plot: 0.75 s of a 10 s axis.
+        let p = super::place_labels(&[label(1.0), label(1.2), label(3.0), label(9.8)], 10.0);
+        assert_eq!(p, vec![(0, false), (1, false), (0, false), (0, true)]);
+        // Five at once: four rows, then the one that ends first.
+        let p = super::place_labels(&vec![label(1.0); 5], 10.0);
+        assert_eq!(
+            p.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 0]
+        );
+    }
+
     use super::*;
 
     #[test]

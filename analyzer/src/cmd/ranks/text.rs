@@ -137,9 +137,10 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
         }
         let doubts = [
             (
-                !t.trace.complete,
+                !t.trace.complete && !t.trace.running,
                 "did NOT exit cleanly (live@end: live when the trace stopped)",
             ),
+            (t.trace.running, "is still running (live@end: live so far)"),
             (
                 t.trace.truncated,
                 "is cut short (only its complete blocks were read)",
