@@ -654,3 +654,73 @@ fn exit_codes_of_the_new_commands() {
         }
     }
 }
+
+/// The trial's monitor/track situations: `monitor` of a trace whose process was killed
+/// (SIGKILL, no End record) says the process is gone and stops instead of refreshing
+/// forever; `monitor --pid` of a `gpumemprof run` launcher follows its child's trace;
+/// `track --device-memory 0` is a usage error.
+#[test]
+fn monitor_stops_for_a_gone_process_and_finds_a_launchers_child() {
+    use gpumemprof_tests::running::{run_within, Running};
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Duration;
+    let dir = scratch("commands_gone");
+    let trace = dir.join("killed.trace");
+    let mut held = program_command("hold_memory");
+    held.arg("3")
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0");
+    let mut job = Running::start_holding_stdin(held);
+    job.wait_for_line("ready", Duration::from_secs(30));
+    job.kill();
+    let ended = job.finish(Duration::from_secs(30));
+    assert_eq!(ended.status.signal(), Some(9));
+
+    let mut monitor = analyzer();
+    monitor.args(["monitor", "--interval", "0.05", "--json", path(&trace)]);
+    let out = run_within(monitor, Duration::from_secs(30));
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert_eq!(lines[0]["process_running"], false);
+    assert_eq!(lines[0]["trace"]["complete"], false);
+    assert_eq!(lines[0]["devices"][0]["current_bytes"], 8 * MIB);
+    let text = gpumemprof(&["monitor", path(&trace)]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("process gone: stopped without closing"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+
+    // A launcher's pid: its child writes the trace.
+    let child_trace = dir.join("child.trace");
+    let mut launcher = analyzer();
+    launcher
+        .args(["run", "-o", path(&child_trace), "--"])
+        .arg(gpumemprof_tests::program("hold_memory"))
+        .arg("2")
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("GPUMEMPROF_NVML_MS", "0")
+        .env_remove("LD_PRELOAD");
+    let mut job = Running::start_holding_stdin(launcher);
+    job.wait_for_line("ready", Duration::from_secs(30));
+    let pid = job.pid().to_string();
+    let m = json_of(&["monitor", "--pid", &pid, "--once"], 0, "monitor");
+    assert_eq!(m["trace"]["path"], path(&child_trace));
+    assert_eq!(m["devices"][0]["current_bytes"], 4 * MIB);
+    let ended = job.finish(Duration::from_secs(30));
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+
+    let out = gpumemprof(&["track", path(&trace), "--device-memory", "0"]);
+    assert_eq!(code(&out), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a device's memory size must be above 0"),
+        "{:?}",
+        stderr_lines(&out)
+    );
+}

@@ -285,7 +285,7 @@ fn forked_workers_are_named_by_pid_and_an_empty_trace_is_skipped() {
         "{text}"
     );
     assert!(
-        text.contains(&format!("highest peak: pid {parent} (rank 0), 2.0 MiB")),
+        text.contains(&format!("highest peak: pid {parent} of rank 0, 2.0 MiB")),
         "{text}"
     );
     assert!(!text.contains("ranks 0, 0"), "{text}");

@@ -141,7 +141,8 @@ fn two_devices_one_leak_each() {
     assert_eq!(
         s["trace"],
         json!({"path": trace.to_str(), "pid": 4242, "argv": ["./train", "--epochs", "3"],
-               "complete": true, "ending": null, "truncated": false, "events": 6,
+               "complete": true, "ending": null, "truncated": false, "damaged_blocks": 0,
+               "damaged_bytes": 0, "damaged_events": 0, "events": 6,
                "queue_waits": 2, "dropped": 0, "duration_ns": 60})
     );
     assert_eq!(
@@ -466,13 +467,27 @@ fn invalid_input_exits_5_with_one_line() {
     let line = assert_fails(&["peak", n], 5, &format!("gpumemprof: error: {n}: "));
     assert!(line.contains("newer"), "{line}");
 
-    // A flipped byte inside a complete block: the checksum catches it.
+    // A flipped byte inside a complete block: the checksum catches it, the block is
+    // skipped (its 50 events counted by the End record after it), the report comes from
+    // the rest. With every block damaged nothing can be read: exit 5.
     let (mut b, ends) = trace_bytes(&[vec![alloc(1, 0, DEV, 0x10, 10, 0); 50], vec![end(2, 50)]]);
-    let mid = ends[0] - 10;
-    b[mid] ^= 0xff;
+    b[ends[0] - 10] ^= 0xff;
     let corrupt = dir.join("corrupt.gmt");
-    std::fs::write(&corrupt, b).expect("write");
+    std::fs::write(&corrupt, &b).expect("write");
     let c = corrupt.to_str().expect("utf-8");
+    let out = gpumemprof(&["summary", c, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("skipped 1 damaged block"), "{lines:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (&v["trace"]["damaged_blocks"], &v["trace"]["damaged_events"]),
+        (&json!(1), &json!(50))
+    );
+    assert_eq!(v["totals"]["allocations"], 0);
+    b[ends[1] - 3] ^= 0xff;
+    std::fs::write(&corrupt, &b).expect("write");
     assert_fails(&["summary", c], 5, &format!("gpumemprof: error: {c}: "));
 }
 
@@ -562,6 +577,9 @@ fn every_report_has_schema_version_1_and_the_trace_object() {
             "complete",
             "ending",
             "truncated",
+            "damaged_blocks",
+            "damaged_bytes",
+            "damaged_events",
             "events",
             "queue_waits",
             "dropped",

@@ -455,6 +455,8 @@ fn analyze_fragmentation_signs() {
     assert_eq!(
         findings(&a),
         vec![
+            // The first final failure, which `gpumemprof oom` explains: 3 failures in all.
+            f("out_of_memory", "warning", 2 * GIB, 3, json!(3)),
             f(
                 "fragmentation_failed_with_free_memory",
                 "warning",
@@ -467,11 +469,17 @@ fn analyze_fragmentation_signs() {
     );
     assert_eq!(
         a["findings"][0]["evidence"],
+        json!({"requested_bytes": 2 * GIB, "failures": 3, "final_failures": 3,
+               "transient_failures": 0, "live_bytes": 0, "free_bytes": 3 * GIB,
+               "total_bytes": 16 * GIB})
+    );
+    assert_eq!(
+        a["findings"][1]["evidence"],
         json!({"failures": 2, "size_bytes": 2 * GIB, "mem_free_bytes": 3 * GIB,
                "mem_total_bytes": 16 * GIB})
     );
     assert_eq!(
-        a["findings"][1]["evidence"],
+        a["findings"][2]["evidence"],
         json!({"allocations": 1000, "distinct_sizes": 64})
     );
 }

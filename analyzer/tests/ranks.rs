@@ -221,7 +221,7 @@ fn the_text_report_has_a_line_per_rank_the_highest_rank_and_the_merged_sites() {
         )
     };
     let want = [
-        "3 traces (ranks 0, 1, 2)".to_string(),
+        "3 traces (ranks 0-2)".to_string(),
         " rank  host                   pid        peak    peak at    live@end     events  trace"
             .to_string(),
         row(0, "node-a", "6.0 MiB", "0.000 s", "2.0 MiB", &files[1]),
@@ -235,10 +235,10 @@ fn the_text_report_has_a_line_per_rank_the_highest_rank_and_the_merged_sites() {
         "8.0 MiB (8388608 B) in 5 allocations live at the end, all traces, from 2 call sites"
             .to_string(),
         String::new(),
-        "#1 6.0 MiB (6291456 B) in 3 allocations (device memory), ranks [0, 1, 2]".to_string(),
+        "#1 6.0 MiB (6291456 B) in 3 allocations (device memory), ranks 0-2".to_string(),
         "    libjob.so+0x100".to_string(),
         String::new(),
-        "#2 2.0 MiB (2097152 B) in 2 allocations (device memory), ranks [0, 2]".to_string(),
+        "#2 2.0 MiB (2097152 B) in 2 allocations (device memory), ranks 0, 2".to_string(),
         "    libjob.so+0x300".to_string(),
     ];
     assert_eq!(text.lines().collect::<Vec<_>>(), want);
@@ -295,10 +295,12 @@ fn a_trace_without_a_rank_sorts_last_with_rank_null() {
     );
     let out = gpumemprof(&["summary", p(&none), p(&seven)]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.starts_with("2 traces (ranks 7, ?)\n"), "{text}");
+    // Not every trace has a rank: they are named by pid.
+    assert!(text.starts_with("2 traces (pids 6, 5)\n"), "{text}");
     assert!(
         text.contains(&format!(
-            "WARNING: rank 7 ({}) did NOT exit cleanly (live@end: live when the trace stopped)\n",
+            "WARNING: pid 6 of rank 7 ({}) did NOT exit cleanly (live@end: live when the trace \
+             stopped)\n",
             p(&seven)
         )),
         "{text}"
@@ -357,10 +359,18 @@ fn one_bad_file_among_several_is_one_error_line_naming_it_and_nothing_else() {
     let files = job(&dir);
     let bad = dir.join("d.trace");
     std::fs::write(&bad, b"GPUMEMPX not a trace").expect("write");
-    for args in [
-        vec!["leaks", p(&dir)],
-        vec!["summary", p(&files[0]), p(&bad), p(&files[1])],
-    ] {
+    // In the job's folder it is skipped with one warning; named, it fails the command.
+    let out = gpumemprof(&["leaks", p(&dir)]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stderr_lines(&out),
+        [format!(
+            "gpumemprof: warning: {}: not a gpumemprof trace (bad magic bytes); skipped",
+            p(&bad)
+        )]
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("3 traces (ranks 0-2)\n"));
+    for args in [vec!["summary", p(&files[0]), p(&bad), p(&files[1])]] {
         let out = gpumemprof(&args);
         assert_eq!(out.status.code(), Some(5), "{args:?}");
         assert!(out.stdout.is_empty(), "no report from a bad job");

@@ -46,6 +46,15 @@ pub fn size_arg(text: &str) -> Result<u64, String> {
     units::parse_size(text)
 }
 
+/// clap's parser for a device's memory size: a SIZE above 0 (a device of no memory would
+/// pass every threshold check as 0% or fail them all).
+pub fn device_size_arg(text: &str) -> Result<u64, String> {
+    match units::parse_size(text)? {
+        0 => Err(format!("{text:?}: a device's memory size must be above 0")),
+        n => Ok(n),
+    }
+}
+
 /// clap's parser for percentages (thresholds): a number above 0, at most 1000.
 pub fn percent_arg(text: &str) -> Result<f64, String> {
     let v: f64 = text

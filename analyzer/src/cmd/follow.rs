@@ -18,7 +18,7 @@ pub struct ThresholdArgs {
     pub critical_threshold: f64,
     /// The size of each device's memory (e.g. 80GiB), when the trace does not tell it
     /// (no NVML samples) or to check against a smaller budget.
-    #[arg(long, value_name = "SIZE", value_parser = super::common::size_arg)]
+    #[arg(long, value_name = "SIZE", value_parser = super::common::device_size_arg)]
     pub device_memory: Option<u64>,
 }
 

@@ -20,7 +20,8 @@ pub const ALERTS_SHOWN: usize = 10;
 pub struct MonitorReport {
     pub schema_version: u32,
     pub trace: TraceInfo,
-    /// With `--pid`: whether the process still runs; null without `--pid`.
+    /// Whether the process still runs: with `--pid`, that process; with a trace file, the
+    /// process its header names when that is on this host; null when it cannot be told.
     pub process_running: Option<bool>,
     pub thresholds: Thresholds,
     pub devices: Vec<DeviceNow>,
@@ -66,7 +67,11 @@ pub fn run(mut follower: Follower, mut state: LiveState, o: &Options) -> Result<
     loop {
         // Whether the process runs is looked at before reading: once it has exited, this
         // read gets everything it wrote.
-        let running = o.pid.map(crate::live::process_running);
+        let running = match o.pid {
+            Some(pid) => Some(crate::live::process_running(pid)),
+            // A trace file: its writer, when it is on this host.
+            None => follower.writer_running(),
+        };
         follower.poll(&mut [&mut state])?;
         let report = snapshot(&state, &follower, running, o.top, o.frames);
         let done = o.once || state.pipeline.complete || running == Some(false);
@@ -100,7 +105,7 @@ pub fn write_text(report: &MonitorReport, out: &mut dyn Write) -> io::Result<()>
     let pid = t.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
     let state = match (t.complete, report.process_running) {
         (true, _) => t.ending_words(),
-        (false, Some(false)) => format!("{BAD}stopped without closing the trace{BAD:#}"),
+        (false, Some(false)) => format!("{BAD}gone: stopped without closing the trace{BAD:#}"),
         (false, Some(true)) => "running".to_string(),
         (false, None) => "running, or stopped without closing the trace".to_string(),
     };

@@ -60,7 +60,10 @@ pub fn run(
 ) -> Result<TrackReport, Error> {
     let mut printed = 0;
     loop {
-        let running = pid.map(crate::live::process_running);
+        let running = match pid {
+            Some(pid) => Some(crate::live::process_running(pid)),
+            None => follower.writer_running(),
+        };
         follower.poll(&mut [&mut state])?;
         if live_text && follow {
             let mut out = anstream::stdout();

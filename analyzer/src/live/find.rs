@@ -43,10 +43,49 @@ pub fn still_writing(pid: u32, host: Option<&str>, trace: &Path) -> bool {
 /// 1. a file the process has open (`/proc/PID/fd`) that starts with the trace magic;
 /// 2. its `GPUMEMPROF_OUTPUT` (`/proc/PID/environ`), with `%p`, `%h`, `%r` and `%%`
 ///    expanded, relative to its working directory (`/proc/PID/cwd`);
-/// 3. `gpumemprof.PID.trace` in its working directory.
+/// 3. `gpumemprof.PID.trace` in its working directory;
+/// 4. the trace of one of its children, found the same way (a launcher such as
+///    `gpumemprof run` or a shell script runs the profiled program as its child), down to
+///    grandchildren, the lowest pid first.
 ///
 /// 1 and 2 need the right to read the process's /proc files (same user, or root).
 pub fn find_trace(pid: u32) -> Result<PathBuf, Error> {
+    let own = own_trace(pid);
+    if own.is_ok() {
+        return own;
+    }
+    let mut generation = children(pid);
+    for _ in 0..2 {
+        for &child in &generation {
+            if let Ok(found) = own_trace(child) {
+                return Ok(found);
+            }
+        }
+        generation = generation.iter().flat_map(|&c| children(c)).collect();
+    }
+    own
+}
+
+/// The child processes of `pid`, ascending (from `/proc/PID/task/*/children`).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Steps 1 to 3 of `find_trace`: the trace of `pid` itself.
+fn own_trace(pid: u32) -> Result<PathBuf, Error> {
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     if !proc_dir.is_dir() {
         return Err(Error::Failed(format!(

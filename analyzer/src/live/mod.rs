@@ -97,6 +97,18 @@ impl Follower {
         &self.path
     }
 
+    /// Whether the process that writes this trace runs: `Some(false)` when its header
+    /// names this host and that process no longer runs with the file open (gone, or its pid
+    /// reused), `None` when that cannot be told (another host, no pid).
+    pub fn writer_running(&self) -> Option<bool> {
+        let pid = self.header.get("pid").and_then(|p| p.as_u64())?;
+        let host = self.header.get("host").and_then(|h| h.as_str());
+        if host.is_some_and(|h| h != gpumemprof_format::template::hostname()) {
+            return None;
+        }
+        Some(still_writing(pid as u32, host, &self.path))
+    }
+
     /// Reads every complete block added since the last call, showing its records and
     /// changes to `observers`. Returns the number of records read.
     pub fn poll(&mut self, observers: &mut [&mut dyn Observer]) -> Result<u64, Error> {

@@ -35,6 +35,10 @@ impl Thresholds {
 
 const LEVELS: [&str; 3] = ["ok", "warning", "critical"];
 
+/// How far (percentage points) usage must fall below a threshold before its alert can be
+/// raised again.
+pub const REARM_MARGIN_PERCENT: f64 = 5.0;
+
 /// Device memory usage crossed a threshold upwards.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Alert {
@@ -134,8 +138,13 @@ impl LiveState {
         let used = self.device_used(device);
         let percent = percent(used, total);
         let level = self.thresholds.level(percent);
-        let before = self.levels.insert(device, level).unwrap_or(0);
-        if level > before {
+        // Hysteresis: a level alerted stays armed-off until usage drops
+        // `REARM_MARGIN_PERCENT` points below its threshold, so usage hovering at a
+        // threshold (an allocate/free loop) raises one alert, not one per iteration.
+        let stored = self.levels.get(&device).copied().unwrap_or(0);
+        let rearmed = stored.min(self.thresholds.level(percent + REARM_MARGIN_PERCENT));
+        self.levels.insert(device, level.max(rearmed));
+        if level > rearmed {
             self.alerts_total += 1;
             if self.alerts.len() < MAX_ALERTS {
                 self.alerts.push(Alert {
@@ -344,6 +353,35 @@ pub struct SiteReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Device 0 of 100 bytes at these usages in turn: the levels alerted.
+    fn alerts_for(usages: &[u64]) -> Vec<&'static str> {
+        let mut state = LiveState::new(
+            Thresholds {
+                warning_percent: 80.0,
+                critical_percent: 95.0,
+            },
+            Some(100),
+        );
+        for (i, &used) in usages.iter().enumerate() {
+            state.rows.entry((0, MemKind::Device)).or_default().live = used;
+            state.check(0, i as u64);
+        }
+        state.alerts.iter().map(|a| a.level).collect()
+    }
+
+    #[test]
+    fn an_alert_is_raised_again_only_after_usage_fell_5_points_below_its_threshold() {
+        // Hovering at the warning threshold: one warning.
+        assert_eq!(alerts_for(&[81, 79, 81, 78, 82, 76, 80]), ["warning"]);
+        // Below 75%: armed again.
+        assert_eq!(alerts_for(&[81, 74, 81]), ["warning", "warning"]);
+        // After a critical, a dip to 79% and back is no new warning...
+        assert_eq!(alerts_for(&[96, 85, 79, 81]), ["critical"]);
+        // ...and a dip under 90% re-arms the critical.
+        assert_eq!(alerts_for(&[96, 89, 96]), ["critical", "critical"]);
+        assert_eq!(alerts_for(&[96, 91, 96]), ["critical"]);
+    }
 
     #[test]
     fn levels_and_percentages() {

@@ -1,6 +1,6 @@
 //! The text form of a report over several traces. Each trace is named by its rank when
 //! every trace has a rank of its own, else by its pid (a job of forked workers: 201 traces
-//! of rank 0), with the rank too when it has one; long lists of names are shortened
+//! of rank 0), with the rank too when it has one (`pid 4242 of rank 0`); long lists of names are shortened
 //! (consecutive ranks as ranges, at most `LISTED` names then how many more).
 
 use std::io::{self, Write};
@@ -31,12 +31,12 @@ impl Names {
         }
     }
 
-    /// Trace `i`: `rank 3`, else `pid 4242` (`pid 4242 (rank 0)` when it has a rank).
+    /// Trace `i`: `rank 3`, else `pid 4242` (`pid 4242 of rank 0` when it has a rank).
     pub fn one(&self, i: usize) -> String {
         let pid = self.pids[i].map_or_else(|| "?".to_string(), |p| p.to_string());
         match (self.by_rank, self.ranks[i]) {
             (true, Some(r)) => format!("rank {r}"),
-            (_, Some(r)) => format!("pid {pid} (rank {r})"),
+            (_, Some(r)) => format!("pid {pid} of rank {r}"),
             (_, None) => format!("pid {pid}"),
         }
     }
