@@ -419,6 +419,21 @@ fn nvml_samples_show_the_memory_the_hooks_did_not_see() {
     assert_eq!(d["untracked_at_peak_bytes"], 64 * MIB);
     assert_eq!(d["device_total_bytes"], 16 * GIB);
 
+    // Samples a minute apart: only the first regular one falls in this run, which may come
+    // before the 100 MiB. The shim samples again right after that large change (16 MiB or
+    // more allocated since the last sample), so NVML's view of the job's memory is there.
+    let dir = scratch("paths_nvml_change");
+    let mut env = env.clone();
+    env.retain(|(k, _)| *k != "GPUMEMPROF_NVML_MS");
+    env.push(("GPUMEMPROF_NVML_MS", "60000"));
+    let run = run_profiled(&dir, "nvml_gap", &[], &env);
+    ok(&run);
+    let s = report("summary", &run.trace, &[]);
+    let d = &s["nvml"][0];
+    assert!(d["samples"].as_u64().unwrap() >= 2, "{d}");
+    assert_eq!(d["peak_used_bytes"], 164 * MIB, "{d}");
+    assert_eq!(d["tracked_at_peak_bytes"], 100 * MIB, "{d}");
+
     // Without NVML on the library path: no samples, and nothing printed about it.
     let dir = scratch("paths_no_nvml");
     let run = run_profiled(&dir, "nvml_gap", &[], &[("GPUMEMPROF_NVML_MS", "20")]);

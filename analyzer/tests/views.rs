@@ -328,3 +328,50 @@ fn outputs_are_never_overwritten_without_f_and_wrong_flags_are_refused() {
         assert_eq!(gpumemprof(&args).status.code(), Some(2), "{args:?}");
     }
 }
+
+/// The trial's NVML situation: one sample before the job's own allocations (the CUDA
+/// context, 4 MiB), then 21 MiB allocated and freed before the next sample. NVML's highest
+/// sample is not what the process used at most: the summary says no sample came near the
+/// hooks' 21 MiB peak instead of calling 4 MiB the most and a gap "not seen by the hooks";
+/// the HTML report too.
+#[test]
+fn an_nvml_sample_from_before_the_allocations_is_not_called_the_peak() {
+    let dir = tmp_dir("nvml-missed");
+    let trace = write_trace(
+        &dir,
+        &[
+            sample(1_000_000, 0, 4 * MIB),
+            alloc(2_000_000, 0, 0x1000, 21 * MIB, 0),
+            free(13_000_000, 0x1000),
+            end(14_000_000),
+        ],
+    );
+    let s = summary(&trace);
+    let n = &s["nvml"][0];
+    assert_eq!(
+        (
+            &n["peak_used_bytes"],
+            &n["tracked_peak_bytes"],
+            &n["tracked_peak_time_ns"]
+        ),
+        (&json!(4 * MIB), &json!(21 * MIB), &json!(2_000_000))
+    );
+    let out = ok(&["summary", p(&trace)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "NVML device 0: the highest of its 1 sample was 4.0 MiB (4194304 B) at 0.001 s, below \
+             the hooks' peak of 21.0 MiB (22020096 B) at 0.002 s: no sample came near the peak, \
+             so NVML's view of it is unknown"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("not seen by the hooks"), "{text}");
+    let html = dir.join("r.html");
+    ok(&["report", p(&trace), "-o", p(&html)]);
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html.contains("<div class=\"sub\">no sample near the hooks&#39; peak of 21.0 MiB</div>")
+    );
+    assert!(html.contains("<td class=\"num\">unknown (no sample near the peak)</td>"));
+}

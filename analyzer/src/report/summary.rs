@@ -9,6 +9,7 @@ use super::framework::Framework;
 use super::{TraceInfo, SCHEMA_VERSION};
 use crate::replay::{AllocatorFigures, Counters, NvmlDevice, Replayed};
 use crate::units;
+use gpumemprof_format::MemKind;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SummaryReport {
@@ -55,6 +56,18 @@ pub struct NvmlRow {
     pub tracked_at_last_bytes: u64,
     pub untracked_at_last_bytes: u64,
     pub device_total_bytes: u64,
+    /// The hooks' peak of device memory on this device and when: when it is above
+    /// `peak_used_bytes`, NVML's samples missed the peak (none was taken near it), and
+    /// `peak_used_bytes` is not the most the process used.
+    pub tracked_peak_bytes: u64,
+    pub tracked_peak_time_ns: u64,
+}
+
+impl NvmlRow {
+    /// NVML's samples missed the hooks' peak (see `tracked_peak_bytes`).
+    pub fn missed_peak(&self) -> bool {
+        self.tracked_peak_bytes > self.peak_used_bytes
+    }
 }
 
 impl From<&NvmlDevice> for NvmlRow {
@@ -71,6 +84,8 @@ impl From<&NvmlDevice> for NvmlRow {
             tracked_at_last_bytes: d.tracked_at_last,
             untracked_at_last_bytes: d.untracked_at_last(),
             device_total_bytes: d.last.device_total,
+            tracked_peak_bytes: 0,
+            tracked_peak_time_ns: 0,
         }
     }
 }
@@ -179,7 +194,21 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
         unknown_frees: r.unknown_frees,
         failed_frees: r.failed_frees,
         failed_allocations: r.totals.failed_allocations,
-        nvml: r.nvml.iter().map(NvmlRow::from).collect(),
+        nvml: r
+            .nvml
+            .iter()
+            .map(|d| {
+                let peak = r
+                    .rows
+                    .iter()
+                    .find(|row| row.device == d.device && row.kind == MemKind::Device);
+                NvmlRow {
+                    tracked_peak_bytes: peak.map_or(0, |row| row.counters.peak_bytes),
+                    tracked_peak_time_ns: peak.map_or(0, |row| row.counters.peak_time_ns),
+                    ..NvmlRow::from(d)
+                }
+            })
+            .collect(),
         framework,
         allocators: r.allocators.iter().map(AllocatorRow::from).collect(),
         by_range: None,
@@ -239,6 +268,20 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
         report.unknown_frees, report.failed_frees, report.failed_allocations
     )?;
     for n in &report.nvml {
+        if n.missed_peak() {
+            // Comparing with a sample from before the rise would blame the hooks.
+            writeln!(
+                out,
+                "NVML device {}: the highest of its {} was {} at {}, below the hooks' peak of {} at {}: no sample came near the peak, so NVML's view of it is unknown",
+                n.device,
+                units::plural(n.samples, "sample", "samples"),
+                units::bytes_exact(n.peak_used_bytes),
+                units::secs(n.peak_time_ns),
+                units::bytes_exact(n.tracked_peak_bytes),
+                units::secs(n.tracked_peak_time_ns)
+            )?;
+            continue;
+        }
         writeln!(
             out,
             "NVML device {}: this process used at most {} (at {}), hooks tracked {} then: {} not seen by the hooks (context, library workspaces)",

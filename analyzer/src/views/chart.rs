@@ -195,6 +195,18 @@ fn duration(ns: u64) -> String {
 /// One legend entry: colour, text, dashed.
 type LegendItem = (RGBColor, String, bool);
 
+/// A step line through `points` (in time order): each value holds until the next point,
+/// the last until `x_end`.
+fn steps(points: &[(f64, f64)], x_end: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2);
+    for (i, &(x, y)) in points.iter().enumerate() {
+        out.push((x, y));
+        let next = points.get(i + 1).map_or(x_end.max(x), |p| p.0);
+        out.push((next, y));
+    }
+    out
+}
+
 /// Rows of labels at the top of a panel.
 const LABEL_ROWS: usize = 4;
 /// About how wide a character of the 11-pixel label font is, and how wide the plot is, in
@@ -297,13 +309,14 @@ fn draw_panel<DB: DrawingBackend>(
         };
         let label = format!("{label}, highest {}", units::bytes(s.max()));
         if let SeriesKey::Nvml(_) = s.key {
-            // Samples are points in time: join them, dashed.
+            // A sample holds until the next one (NVML says nothing in between): a dashed
+            // step line, the last value until the trace ends.
             let points: Vec<(f64, f64)> = buckets
                 .iter()
                 .filter_map(|b| b.map(|b| (secs(b.max_time_ns), b.max as f64 / scale)))
                 .collect();
             chart.draw_series(DashedLineSeries::new(
-                points,
+                steps(&points, x_end),
                 6,
                 4,
                 ShapeStyle::from(&color).stroke_width(2),
@@ -431,6 +444,22 @@ fn draw_legend<DB: DrawingBackend>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nvml_samples_hold_until_the_next_one() {
+        let p = [(0.1, 4.0), (0.5, 21.0), (0.9, 8.0)];
+        assert_eq!(
+            super::steps(&p, 1.0),
+            vec![
+                (0.1, 4.0),
+                (0.5, 4.0),
+                (0.5, 21.0),
+                (0.9, 21.0),
+                (0.9, 8.0),
+                (1.0, 8.0)
+            ]
+        );
+    }
+
     #[test]
     fn labels_near_the_right_edge_sit_left_and_close_ones_take_other_rows() {
         let label = |x: f64| (x, " OOM 256.0 MiB ".to_string());

@@ -243,10 +243,17 @@ fn summary(h: &mut String, p: &Page) {
             h,
             &format!("NVML peak, GPU {}", n.device),
             &units::bytes(n.peak_used_bytes),
-            &format!(
-                "{} not seen by the hooks",
-                units::bytes(n.untracked_at_peak_bytes)
-            ),
+            &if n.missed_peak() {
+                format!(
+                    "no sample near the hooks' peak of {}",
+                    units::bytes(n.tracked_peak_bytes)
+                )
+            } else {
+                format!(
+                    "{} not seen by the hooks",
+                    units::bytes(n.untracked_at_peak_bytes)
+                )
+            },
             false,
         );
     }
@@ -292,7 +299,11 @@ fn summary(h: &mut String, p: &Page) {
                 units::bytes(n.peak_used_bytes),
                 units::secs(n.peak_time_ns),
                 units::bytes(n.tracked_at_peak_bytes),
-                units::bytes(n.untracked_at_peak_bytes),
+                if n.missed_peak() {
+                    "unknown (no sample near the peak)".to_string()
+                } else {
+                    units::bytes(n.untracked_at_peak_bytes)
+                },
                 units::bytes(n.device_total_bytes)
             );
         }

@@ -55,6 +55,8 @@ pub struct WriterCore {
     pub(super) events: u64,
     /// Allocations that failed for lack of memory (for the exit line's advice).
     pub(super) out_of_memory: u64,
+    /// Device memory allocated since `take_device_allocated` (when to sample NVML).
+    device_allocated: u64,
     pub(super) dropped: u64,
     pub(super) last_flush_ns: u64,
     pub(super) io_failed: bool,
@@ -93,6 +95,7 @@ impl WriterCore {
             known_modules: HashSet::new(),
             events: 0,
             out_of_memory: 0,
+            device_allocated: 0,
             dropped: 0,
             last_flush_ns: start_ns,
             io_failed: false,
@@ -159,11 +162,19 @@ impl WriterCore {
         }
     }
 
+    /// Device memory allocated since the last call.
+    pub(super) fn take_device_allocated(&mut self) -> u64 {
+        std::mem::take(&mut self.device_allocated)
+    }
+
     /// Queues an event of thread `tid` for ordering (its time stays a raw stamp until
     /// `emit`).
     pub(super) fn accept(&mut self, tid: u32, ev: &Event) {
         let stack = ev.stack;
         let time_ns = ev.time_ns;
+        if ev.kind == EventKind::Alloc && MemKind::from_u8(ev.mem) == MemKind::Device {
+            self.device_allocated = self.device_allocated.saturating_add(ev.size);
+        }
         let p = match ev.kind {
             EventKind::Alloc => Pending::Alloc(Alloc {
                 time_ns,

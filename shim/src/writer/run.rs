@@ -18,6 +18,14 @@ use std::time::Duration;
 /// microseconds between a hook's timestamp and its push.
 const REORDER_WINDOW_NS: u64 = 2_000_000;
 
+/// NVML is sampled again, before its interval is up, once this much device memory was
+/// allocated since the last sample: a job whose memory rises between two samples would
+/// otherwise show NVML's view from before the rise as the most it used...
+const NVML_CHANGE_BYTES: u64 = 16 << 20;
+/// ...but at most once per this interval, so that an allocation loop does not turn into an
+/// NVML query per round.
+const NVML_CHANGE_GAP_NS: u64 = 10_000_000;
+
 impl Pipeline {
     /// Moves every pushed event (all rings and the shared queue) into the writer's
     /// reorder buffer; returns how many. The caller holds the writer lock.
@@ -56,15 +64,21 @@ impl Pipeline {
         } else {
             None
         };
-        let mut next_sample = 0u64;
+        let (mut next_sample, mut last_sample) = (0u64, 0u64);
+        // Device bytes allocated since the last NVML sample.
+        let mut grown = 0u64;
         let mut samples = Vec::new();
         loop {
             let shutting = self.shutdown_requested.load(Ordering::Acquire);
             if let Some(n) = nvml.as_mut() {
                 let now = clock::now_ns();
-                if now >= next_sample {
+                let changed = grown >= NVML_CHANGE_BYTES
+                    && now >= last_sample.saturating_add(NVML_CHANGE_GAP_NS);
+                if now >= next_sample || changed {
                     n.sample(clock::now(), &mut samples);
                     next_sample = now + self.nvml_ns;
+                    last_sample = now;
+                    grown = 0;
                 }
             }
             let popped = {
@@ -73,6 +87,7 @@ impl Pipeline {
                     core.stage(Pending::Sample(m));
                 }
                 let n = self.drain(&mut core);
+                grown = grown.saturating_add(core.take_device_allocated());
                 core.define_stacks();
                 let now = clock::now_ns();
                 let rel = now.saturating_sub(self.start_ns);
@@ -116,7 +131,12 @@ impl Pipeline {
                     Duration::from_nanos(self.flush_ns.min(100_000_000))
                 };
                 if nvml.is_some() {
-                    let until = next_sample.saturating_sub(clock::now_ns());
+                    let due = if grown >= NVML_CHANGE_BYTES {
+                        next_sample.min(last_sample.saturating_add(NVML_CHANGE_GAP_NS))
+                    } else {
+                        next_sample
+                    };
+                    let until = due.saturating_sub(clock::now_ns());
                     nap = nap.min(Duration::from_nanos(until.max(1_000_000)));
                 }
                 std::thread::park_timeout(nap);
