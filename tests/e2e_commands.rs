@@ -609,6 +609,59 @@ fn telemetry_export_of_a_real_trace_replays_to_the_leak() {
         .all(|e| e["pid"].as_i64().is_some_and(|p| p > 0)
             && e["world_size"] == 1
             && e["rank"] == 0));
+
+    // A window: `--last 10` is the export's last 10 lines; `--from`/`--to` its lines in
+    // those times (the window's edges are event times of the full export).
+    let lines = std::fs::read_to_string(&out_file).expect("read");
+    let lines: Vec<&str> = lines.lines().collect();
+    let windowed = |args: &[&str]| -> Vec<String> {
+        let file = dir.join("window.jsonl");
+        let mut all = vec!["export", "--format", "telemetry", path(&trace), "-f", "-o"];
+        all.push(path(&file));
+        all.extend_from_slice(args);
+        let out = gpumemprof(&all);
+        assert_eq!(code(&out), Some(0), "{args:?}: {:?}", stderr_lines(&out));
+        let text = std::fs::read_to_string(&file).expect("read");
+        text.lines().map(str::to_owned).collect()
+    };
+    assert_eq!(windowed(&["--last", "10"]), lines[lines.len() - 10..]);
+    let time = |e: &Value| e["metadata"]["trace_time_ns"].as_u64().expect("time");
+    let (from, to) = (time(&events[10]), time(&events[30]));
+    let secs = |ns: u64| format!("{:.9}", ns as f64 / 1e9);
+    let want: Vec<&str> = lines
+        .iter()
+        .zip(&events)
+        .filter(|(_, e)| (from..=to).contains(&time(e)))
+        .map(|(l, _)| *l)
+        .collect();
+    assert_eq!(want.len(), 21);
+    assert_eq!(windowed(&["--from", &secs(from), "--to", &secs(to)]), want);
+    assert_eq!(
+        windowed(&["--from", &secs(from), "--to", &secs(to), "--last", "4"]),
+        want[want.len() - 4..]
+    );
+    for (args, why) in [
+        (vec!["--from", "2", "--to", "1"], "is after --to"),
+        (
+            vec!["--last", "3", "--format", "csv"],
+            "choose the events of --format telemetry",
+        ),
+    ] {
+        let mut all = vec!["export", "--format", "telemetry", path(&trace), "-f", "-o"];
+        all.push(path(&out_file));
+        all.extend_from_slice(&args);
+        if args.contains(&"csv") {
+            all.remove(2);
+            all.remove(1);
+        }
+        let out = gpumemprof(&all);
+        assert_eq!(code(&out), Some(1), "{args:?}");
+        assert!(
+            stderr_lines(&out)[0].contains(why),
+            "{:?}",
+            stderr_lines(&out)
+        );
+    }
 }
 
 #[test]

@@ -305,3 +305,102 @@ fn pytorchs_tensors_are_blocks_inside_their_segments() {
     assert_eq!(entries(&snap, "segment_free").count(), 1);
     assert_eq!(entries(&snap, "alloc").count(), 54);
 }
+
+/// `export` with `args`, exit 0; returns stderr.
+fn export_with(trace: &Path, out: &Path, args: &[&str]) -> String {
+    let o = analyzer()
+        .args(["export", "--format", "torch-snapshot", "-f"])
+        .arg(trace)
+        .arg("-o")
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("run gpumemprof");
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{args:?}: {stderr}");
+    stderr
+}
+
+/// The trial's situation in small: a loop of 31,000 allocate/free pairs (1,000 warm-up
+/// pairs and 30,000; 155,000 entries: segment_alloc, alloc, free_requested,
+/// free_completed, segment_free each). By default a
+/// snapshot keeps the last 100,000 entries of each device (PyTorch's `max_entries`) and
+/// says what it left out; `--last 0` keeps all; `--last N` the last N; `--to` takes the
+/// snapshot at that time (the segments are what was live then), `--from` starts there.
+#[test]
+fn a_long_trace_gives_a_snapshot_of_its_last_entries() {
+    let dir = scratch("torch_snapshot_window");
+    let run = run_profiled(
+        &dir,
+        "bench_loop",
+        &["cuda", "0", "30000"],
+        &[("GPUMEMPROF_NVML_MS", "0")],
+    );
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let out = dir.join("window.pickle");
+
+    let said = export_with(&run.trace, &out, &[]);
+    assert!(
+        said.contains(&format!(
+            "{}: left out the first 55000 of 155000 trace entries (--last 100000 per device",
+            out.display()
+        )),
+        "{said}"
+    );
+    let all = dir.join("all.pickle");
+    export_with(&run.trace, &all, &["--last", "0"]);
+    let (cut, whole) = (snapshot_json(&out), snapshot_json(&all));
+    let (cut, whole) = (
+        cut["device_traces"][0].as_array().unwrap(),
+        whole["device_traces"][0].as_array().unwrap(),
+    );
+    assert_eq!((cut.len(), whole.len()), (100_000, 155_000));
+    assert_eq!(cut[..], whole[55_000..]);
+
+    let said = export_with(&run.trace, &out, &["--last", "7"]);
+    assert!(
+        said.contains("left out the first 154993 of 155000"),
+        "{said}"
+    );
+    let seven = snapshot_json(&out);
+    assert_eq!(
+        seven["device_traces"][0].as_array().unwrap()[..],
+        whole[154_993..]
+    );
+
+    // `--to` the training loop's peak: the snapshot is taken then, its segments exactly
+    // what `peak` says was live (114 MiB in 26 allocations), no entry after it.
+    let (trace, _) = exported("torch_snapshot_to", "train_leak", &["20"], 0);
+    let peak = report("peak", &trace, &[]);
+    let at_ns = peak["total_peak_time_ns"].as_u64().unwrap();
+    let live: u64 = peak["peaks"][0]["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    let to = format!("{:.9}", at_ns as f64 / 1e9);
+    export_with(&trace, &out, &["--to", &to]);
+    let then = snapshot_json(&out);
+    let segments = then["segments"].as_array().unwrap();
+    let bytes: u64 = segments
+        .iter()
+        .map(|s| s["total_size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        (segments.len() as u64, bytes),
+        (live, peak["total_peak_bytes"].as_u64().unwrap())
+    );
+    assert_eq!(bytes, 114 << 20);
+    let entries = then["device_traces"][0].as_array().unwrap();
+    let last_us = entries
+        .iter()
+        .map(|e| e["time_us"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let first_us = entries[0]["time_us"].as_u64().unwrap();
+    assert!(
+        last_us - first_us <= at_ns / 1000 + 1,
+        "{last_us} {first_us} {at_ns}"
+    );
+}

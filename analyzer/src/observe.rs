@@ -47,12 +47,25 @@ pub fn record_time(record: &Record) -> Option<u64> {
 
 /// `replay::replay`, showing every record and change to `observers`, in order.
 pub fn replay_observed<R: Read>(
+    reader: TraceReader<R>,
+    observers: &mut [&mut dyn Observer],
+) -> Result<Loaded, ReadError> {
+    replay_observed_until(reader, observers, None)
+}
+
+/// `replay_observed` up to `until` (ns): the first record after it ends the pass, as if
+/// the trace ended there (what was live then is "live at the end").
+pub fn replay_observed_until<R: Read>(
     mut reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
+    until: Option<u64>,
 ) -> Result<Loaded, ReadError> {
     let mut replay = Replay::new();
     let mut changes = Vec::new();
     while let Some(record) = reader.next_salvaged()? {
+        if until.is_some_and(|u| record_time(&record).is_some_and(|t| t > u)) {
+            break;
+        }
         for o in observers.iter_mut() {
             o.record(&record);
         }

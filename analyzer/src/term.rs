@@ -47,6 +47,13 @@ pub fn warn(message: &str) {
     }
 }
 
+/// One progress line on stderr (what is about to happen), unless `-q`.
+pub fn say(message: &str) {
+    if !quiet() {
+        anstream::eprintln!("gpumemprof: {message}");
+    }
+}
+
 /// The one stderr line of a failed command (printed whatever `-q` says).
 pub fn report_failure(e: &Error) {
     let style = match e {

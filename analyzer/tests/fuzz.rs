@@ -303,7 +303,13 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     };
     html::render(&page);
     // The PyTorch memory snapshot export, written to memory.
-    if let Ok(Ok(surveyed)) = open().map(torch_snapshot::survey) {
+    // With a window: up to 1 ms, the last 5 entries per device.
+    let window = gpumemprof_analyzer::export::window::Window {
+        from_ns: None,
+        to_ns: Some(1_000_000),
+        last: Some(5),
+    };
+    if let Ok(Ok(surveyed)) = open().map(|r| torch_snapshot::survey(r, window)) {
         let reopen = || {
             TraceReader::open(Cursor::new(bytes))
                 .map_err(|e| gpumemprof_analyzer::input::read_error(&trace_path(), e))

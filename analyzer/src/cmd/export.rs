@@ -19,6 +19,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 
 use super::{load, snapshot, MomentArgs, Output};
 use crate::error::Error;
+use crate::export::window::{Window, TORCH_SNAPSHOT_LAST};
 use crate::input::warn_all;
 use crate::observe::replay_observed;
 use crate::report::TraceInfo;
@@ -65,6 +66,31 @@ pub struct Args {
     /// For `folded`: frames innermost first after the root (see `flamegraph --inverted`).
     #[arg(long)]
     pub inverted: bool,
+    /// For `telemetry` and `torch-snapshot`: only events from this time on, in seconds
+    /// since the trace started.
+    #[arg(long, value_name = "SECONDS", value_parser = super::parse_seconds)]
+    pub from: Option<u64>,
+    /// For `telemetry` and `torch-snapshot`: only events up to this time (for
+    /// `torch-snapshot`, the snapshot is taken then: its segments are what was live then).
+    #[arg(long, value_name = "SECONDS", value_parser = super::parse_seconds)]
+    pub to: Option<u64>,
+    /// For `telemetry` and `torch-snapshot`: only the last N events (`torch-snapshot`: the
+    /// last N trace entries of each device, as PyTorch's max_entries; default 100000, 0 for
+    /// all).
+    #[arg(long, value_name = "N")]
+    pub last: Option<u64>,
+}
+
+impl Args {
+    /// `--from`, `--to` and `--last`, with `--last` defaulting to `default_last` (`0`:
+    /// no limit).
+    fn window(&self, default_last: Option<u64>) -> Window {
+        Window {
+            from_ns: self.from,
+            to_ns: self.to,
+            last: self.last.or(default_last).filter(|&n| n > 0),
+        }
+    }
 }
 
 pub fn run(args: &Args) -> Result<(), Error> {
@@ -74,6 +100,23 @@ pub fn run(args: &Args) -> Result<(), Error> {
              folded; leave them out for other formats"
                 .to_string(),
         ));
+    }
+    let windowed = matches!(args.format, Format::Telemetry | Format::TorchSnapshot);
+    if !windowed && (args.from.is_some() || args.to.is_some() || args.last.is_some()) {
+        return Err(Error::Failed(
+            "--from, --to and --last choose the events of --format telemetry and \
+             torch-snapshot; leave them out for other formats"
+                .to_string(),
+        ));
+    }
+    if let (Some(from), Some(to)) = (args.from, args.to) {
+        if from > to {
+            return Err(Error::Failed(format!(
+                "--from {} is after --to {}: give a window that starts before it ends",
+                crate::units::secs(from),
+                crate::units::secs(to)
+            )));
+        }
     }
     if args.format == Format::Parquet {
         return parquet(args);
@@ -157,13 +200,15 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
             let lines = if args.output.is_stdout() {
                 let stdout = std::io::stdout();
                 let mut out = std::io::BufWriter::new(stdout.lock());
-                let n = crate::export::telemetry::write_telemetry(trace, &mut out)?;
+                let n =
+                    crate::export::telemetry::write_telemetry(trace, &mut out, args.window(None))?;
                 std::io::Write::flush(&mut out).map_err(Error::Output)?;
                 n
             } else {
                 let file = crate::term::create_output(&args.output.output, args.output.force)?;
                 let mut out = std::io::BufWriter::new(file);
-                let n = crate::export::telemetry::write_telemetry(trace, &mut out)?;
+                let n =
+                    crate::export::telemetry::write_telemetry(trace, &mut out, args.window(None))?;
                 std::io::Write::flush(&mut out).map_err(|source| Error::File {
                     what: format!("writing {}", args.output.output.display()),
                     source,
@@ -181,6 +226,7 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
                 trace,
                 &args.output.output,
                 args.output.force,
+                args.window(Some(TORCH_SNAPSHOT_LAST)),
             )?;
             args.output.done(&written.describe());
         }

@@ -11,3 +11,4 @@ pub mod parquet;
 pub mod pickle;
 pub mod telemetry;
 pub mod torch_snapshot;
+pub mod window;

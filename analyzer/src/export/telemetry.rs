@@ -24,6 +24,7 @@ use gpumemprof_format::{MemKind, Record, Sample};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::window::Window;
 use crate::error::Error;
 use crate::observe::Observer;
 use crate::replay::LiveChange;
@@ -122,7 +123,18 @@ pub struct TelemetryWriter<'a> {
     failure_total: BTreeMap<i32, u64>,
     /// The API and thread of the record being applied (for its changes).
     current: Option<(u16, u32)>,
+    /// Which events are written (`--from`, `--to`), and how many of those still to skip
+    /// (the first ones, for `--last`).
+    window: Window,
+    skip: u64,
+    /// A counting pass: events in the window are counted (`lines`), not written; the
+    /// first `SIZE_SAMPLE` are serialized to measure their size (`sampled_bytes`).
+    counting: bool,
+    pub sampled_bytes: u64,
 }
+
+/// Events a counting pass serializes to estimate the export's size.
+const SIZE_SAMPLE: u64 = 1000;
 
 impl<'a> TelemetryWriter<'a> {
     pub fn new(header: &Value, out: &'a mut dyn Write) -> TelemetryWriter<'a> {
@@ -153,7 +165,24 @@ impl<'a> TelemetryWriter<'a> {
             nvml: BTreeMap::new(),
             failure_total: BTreeMap::new(),
             current: None,
+            window: Window::default(),
+            skip: 0,
+            counting: false,
+            sampled_bytes: 0,
         }
+    }
+
+    /// Writes only the events in `window`'s times, skipping the first `skip` of those.
+    pub fn windowed(mut self, window: Window, skip: u64) -> TelemetryWriter<'a> {
+        self.window = window;
+        self.skip = skip;
+        self
+    }
+
+    /// Counts the events in the window instead of writing them (see `counting`).
+    pub fn counting(mut self) -> TelemetryWriter<'a> {
+        self.counting = true;
+        self
     }
 
     /// The first write error, if writing failed.
@@ -168,6 +197,24 @@ impl<'a> TelemetryWriter<'a> {
             .unwrap_or_else(|| format!("api {id}"))
     }
 
+    /// Whether an event at `time_ns` is to be written (or, counting, measured); counts or
+    /// skips it otherwise. Asked before the event is built: building is most of the cost.
+    fn admit(&mut self, time_ns: u64) -> bool {
+        if self.error.is_some() || !self.window.contains(time_ns) {
+            return false;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        if self.counting && self.lines >= SIZE_SAMPLE {
+            self.lines += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Writes (or measures) one admitted event.
     #[allow(clippy::too_many_arguments)]
     fn emit(
         &mut self,
@@ -178,9 +225,6 @@ impl<'a> TelemetryWriter<'a> {
         context: String,
         mut metadata: Map<String, Value>,
     ) {
-        if self.error.is_some() {
-            return;
-        }
         let allocated = self.live.get(&device).copied().unwrap_or(0);
         let (used, total) = match self.nvml.get(&device) {
             Some(s) if s.device_total > 0 => (s.device_used, Some(s.device_total)),
@@ -214,6 +258,12 @@ impl<'a> TelemetryWriter<'a> {
             local_rank: self.identity.local_rank,
             world_size: self.identity.world_size,
         };
+        if self.counting {
+            let line = serde_json::to_vec(&event).map_or(0, |l| l.len() as u64 + 1);
+            self.sampled_bytes += line;
+            self.lines += 1;
+            return;
+        }
         let written = serde_json::to_writer(&mut *self.out, &event)
             .map_err(io::Error::from)
             .and_then(|()| self.out.write_all(b"\n"));
@@ -234,6 +284,9 @@ impl Observer for TelemetryWriter<'_> {
                 if f.mem_total > 0 {
                     self.failure_total.insert(f.device, f.mem_total);
                 }
+                if !self.admit(f.time_ns) {
+                    return;
+                }
                 let api = self.api(f.api);
                 let mut m = Map::new();
                 m.insert("kind".into(), json!(f.kind.name()));
@@ -251,6 +304,9 @@ impl Observer for TelemetryWriter<'_> {
             }
             Record::Sample(s) => {
                 self.nvml.insert(s.device, *s);
+                if !self.admit(s.time_ns) {
+                    return;
+                }
                 let mut m = Map::new();
                 m.insert("process_used_bytes".into(), json!(s.process_used));
                 self.emit(s.time_ns, "sample", s.device, 0, "NVML sample".into(), m);
@@ -279,6 +335,9 @@ impl Observer for TelemetryWriter<'_> {
                 *live = live.saturating_sub(a.size);
                 ("deallocation", -size)
             };
+            if !self.admit(time_ns) {
+                continue;
+            }
             let mut m = Map::new();
             m.insert("kind".into(), json!(a.kind.name()));
             m.insert("api".into(), json!(api));
@@ -292,14 +351,30 @@ impl Observer for TelemetryWriter<'_> {
     }
 }
 
-/// Writes the telemetry of the trace at `path` to `out`; returns the number of events.
-pub fn write_telemetry(path: &Path, out: &mut dyn Write) -> Result<u64, Error> {
+/// Writes the telemetry of the trace at `path` to `out`, the events in `window` only;
+/// returns the number of events. A first pass counts them (for `--last`) and estimates the
+/// size, said before a large output is written.
+pub fn write_telemetry(path: &Path, out: &mut dyn Write, window: Window) -> Result<u64, Error> {
     let reader = crate::input::open(path)?;
     let header = reader.header().clone();
-    let mut writer = TelemetryWriter::new(&header, out);
-    let loaded = crate::observe::replay_observed(reader, &mut [&mut writer])
+    let mut sink = io::sink();
+    let mut counter = TelemetryWriter::new(&header, &mut sink)
+        .windowed(window, 0)
+        .counting();
+    let loaded = crate::observe::replay_observed(reader, &mut [&mut counter])
         .map_err(|e| crate::input::read_error(path, e))?;
     crate::input::warn_losses(path, &loaded);
+    let total = counter.lines;
+    let skip = window.skipped(total);
+    let sampled = total.clamp(1, SIZE_SAMPLE);
+    let estimate = counter.sampled_bytes / sampled * (total - skip);
+    if let Some(notice) = super::window::size_notice(estimate, total - skip, "events") {
+        crate::term::say(&notice);
+    }
+    let reader = crate::input::open(path)?;
+    let mut writer = TelemetryWriter::new(&header, out).windowed(window, skip);
+    crate::observe::replay_observed(reader, &mut [&mut writer])
+        .map_err(|e| crate::input::read_error(path, e))?;
     let lines = writer.lines;
     match writer.into_error() {
         Some(e) => Err(Error::Output(e)),

@@ -8,6 +8,7 @@ use gpumemprof_format::Record;
 
 use super::*;
 use crate::export::pickle::{Memo, Pickler};
+use crate::export::window::Window;
 use crate::fasthash::FastMap;
 use crate::observe::Observer;
 use crate::replay::{LiveAlloc, LiveChange};
@@ -286,6 +287,11 @@ pub(super) struct DeviceEntries<'w, 's, 'a, W: Write> {
     pub(super) error: Option<io::Error>,
     /// Tensors are the blocks (`alloc`/`free` entries) and allocations only segments.
     pub(super) tensors: bool,
+    /// Entries are written only at times in this window, and the first `skip` of those
+    /// are left out (`--last`); `u64::MAX`: none is written, `counted` counts them.
+    window: Window,
+    skip: u64,
+    pub(super) counted: u64,
 }
 
 impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
@@ -304,10 +310,29 @@ impl<'w, 's, 'a, W: Write> DeviceEntries<'w, 's, 'a, W> {
             batch: 0,
             error: None,
             tensors,
+            window: Window::default(),
+            skip: 0,
+            counted: 0,
         }
     }
 
+    /// Writes only the entries in `window`'s times, leaving out the first `skip` of them
+    /// (`u64::MAX`: only counts them).
+    pub(super) fn windowed(mut self, window: Window, skip: u64) -> Self {
+        self.window = window;
+        self.skip = skip;
+        self
+    }
+
     fn emit(&mut self, e: Entry) {
+        if !self.window.contains(self.now_ns) {
+            return;
+        }
+        self.counted += 1;
+        if self.skip > 0 {
+            self.skip -= 1;
+            return;
+        }
         if self.error.is_none() {
             if let Err(err) = self.w.entry(&mut self.batch, &e, self.now_ns) {
                 self.error = Some(err);
