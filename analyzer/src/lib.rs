@@ -18,6 +18,7 @@ pub mod input;
 pub mod live;
 pub mod nvml;
 pub mod observe;
+pub mod process;
 pub mod replay;
 pub mod report;
 pub mod snapshot;

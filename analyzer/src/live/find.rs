@@ -10,35 +10,6 @@ use gpumemprof_format::MAGIC;
 
 use crate::error::Error;
 
-/// Whether process `pid` still runs (a zombie does not).
-pub fn process_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses, which may contain spaces.
-        Ok(stat) => match stat.rsplit_once(')') {
-            Some((_, rest)) => !rest.trim_start().starts_with(['Z', 'X']),
-            None => true,
-        },
-        Err(_) => false,
-    }
-}
-
-/// Whether the trace at `trace` is still being written: by process `pid`, running on this
-/// host (`host` as the trace's header says), which has the file open (or whose open files
-/// this user cannot see). A pid reused by another process does not count.
-pub fn still_writing(pid: u32, host: Option<&str>, trace: &Path) -> bool {
-    if host.is_some_and(|h| h != hostname()) || !process_running(pid) {
-        return false;
-    }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return true;
-    };
-    let Ok(trace) = trace.canonicalize() else {
-        return false;
-    };
-    fds.flatten()
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == trace))
-}
-
 /// The trace file of running process `pid`, looked for in this order:
 /// 1. a file the process has open (`/proc/PID/fd`) that starts with the trace magic;
 /// 2. its `GPUMEMPROF_OUTPUT` (`/proc/PID/environ`), with `%p`, `%h`, `%r` and `%%`

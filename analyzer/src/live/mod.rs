@@ -16,7 +16,8 @@
 mod find;
 mod state;
 
-pub use find::{find_trace, process_running, still_writing};
+pub use crate::process::{process_running, still_writing};
+pub use find::find_trace;
 pub use state::*;
 
 use std::fs::File;

@@ -91,7 +91,7 @@ impl TraceInfo {
         let running = !p.complete
             && pid.is_some_and(|pid| {
                 let host = header.get("host").and_then(|h| h.as_str());
-                crate::live::still_writing(pid as u32, host, path)
+                crate::process::still_writing(pid as u32, host, path)
             });
         TraceInfo {
             path: path.display().to_string(),
