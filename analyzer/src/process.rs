@@ -33,3 +33,29 @@ pub fn still_writing(pid: u32, host: Option<&str>, trace: &Path) -> bool {
     fds.flatten()
         .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == trace))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_runs_and_a_missing_one_does_not() {
+        assert!(process_running(std::process::id()));
+        assert!(!process_running(u32::MAX - 1));
+    }
+
+    #[test]
+    fn a_trace_this_process_has_open_is_being_written_and_another_is_not() {
+        let dir = std::env::temp_dir().join(format!("gpumemprof-process-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (open, closed) = (dir.join("open.trace"), dir.join("closed.trace"));
+        let _held = std::fs::File::create(&open).unwrap();
+        std::fs::write(&closed, b"").unwrap();
+        let me = std::process::id();
+        assert!(still_writing(me, None, &open));
+        assert!(!still_writing(me, None, &closed));
+        assert!(!still_writing(me, Some("another-host.invalid"), &open));
+        assert!(!still_writing(u32::MAX - 1, None, &open));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
