@@ -116,6 +116,10 @@ static CU_MEM_GET_INFO: Helper = Helper::new(Family::Driver, c"cuMemGetInfo_v2")
 static CU_PROPS_FROM_HANDLE: Helper =
     Helper::new(Family::Driver, c"cuMemGetAllocationPropertiesFromHandle");
 static CUDA_DEVICE_COUNT: Helper = Helper::new(Family::Runtime, c"cudaGetDeviceCount");
+/// `cuCtxGetDevice` as a runtime's fallback: its own slot, so that a miss remembered here
+/// (no driver loaded yet) never hides the driver's own helper once it is loaded.
+static CU_CTX_GET_DEVICE_FOR_RUNTIME: Helper =
+    Helper::new(Family::Driver, c"cuCtxGetDevice");
 static CU_DEVICE_COUNT: Helper = Helper::new(Family::Driver, c"cuDeviceGetCount");
 static HIP_GET_DEVICE: Helper = Helper::new(Family::Hip, c"hipGetDevice");
 static HIP_DEVICE_COUNT: Helper = Helper::new(Family::Hip, c"hipGetDeviceCount");
@@ -169,7 +173,7 @@ static FALLBACK_SAID: AtomicBool = AtomicBool::new(false);
 fn fallback(family: Family, missing: &CStr) -> i32 {
     let (context, how) = match family {
         Family::Runtime => (
-            CU_CTX_GET_DEVICE.get_once().map_or(-1, asked),
+            CU_CTX_GET_DEVICE_FOR_RUNTIME.get_once().map_or(-1, asked),
             "the current context's device",
         ),
         _ => (-1, ""),
