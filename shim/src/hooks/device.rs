@@ -118,8 +118,7 @@ static CU_PROPS_FROM_HANDLE: Helper =
 static CUDA_DEVICE_COUNT: Helper = Helper::new(Family::Runtime, c"cudaGetDeviceCount");
 /// `cuCtxGetDevice` as a runtime's fallback: its own slot, so that a miss remembered here
 /// (no driver loaded yet) never hides the driver's own helper once it is loaded.
-static CU_CTX_GET_DEVICE_FOR_RUNTIME: Helper =
-    Helper::new(Family::Driver, c"cuCtxGetDevice");
+static CU_CTX_GET_DEVICE_FOR_RUNTIME: Helper = Helper::new(Family::Driver, c"cuCtxGetDevice");
 static CU_DEVICE_COUNT: Helper = Helper::new(Family::Driver, c"cuDeviceGetCount");
 static HIP_GET_DEVICE: Helper = Helper::new(Family::Hip, c"hipGetDevice");
 static HIP_DEVICE_COUNT: Helper = Helper::new(Family::Hip, c"hipGetDeviceCount");

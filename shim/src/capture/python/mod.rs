@@ -229,9 +229,29 @@ struct Slot {
     word: u64,
 }
 
+/// A thread's caches of frame words: by (code, instruction) hash, and by position in the
+/// last walk (innermost frame 0). Events made in a loop below Python meet the same Python
+/// stack every time: by position, each frame finds its own slot, where hashed slots can
+/// collide (two frames of one stack taking turns evicting each other, each event then
+/// paying for the line lookup twice).
+struct Caches {
+    hashed: [Cell<Slot>; SLOTS],
+    by_position: [Cell<Slot>; MAX_PY_FRAMES],
+}
+
+const EMPTY_SLOT: Slot = Slot {
+    code: 0,
+    instr: 0,
+    names: 0,
+    word: 0,
+};
+
 thread_local! {
-    static CACHE: [Cell<Slot>; SLOTS] = const {
-        [const { Cell::new(Slot { code: 0, instr: 0, names: 0, word: 0 }) }; SLOTS]
+    static CACHE: Caches = const {
+        Caches {
+            hashed: [const { Cell::new(EMPTY_SLOT) }; SLOTS],
+            by_position: [const { Cell::new(EMPTY_SLOT) }; MAX_PY_FRAMES],
+        }
     };
 }
 
@@ -266,7 +286,7 @@ unsafe fn walk(interp: &Interp, words: &mut [u64], ends: &mut [usize]) -> (usize
             let code = rd_usize(frame, l.frame_code);
             if code != 0 && rd_usize(code, l.ob_type) == interp.code_type {
                 let lasti = rd_i32(frame, l.frame_instr) as usize;
-                if let Some(w) = word(interp, code, lasti, || (interp.frame_line)(frame as _)) {
+                if let Some(w) = word(interp, code, lasti, n, || (interp.frame_line)(frame as _)) {
                     words[n] = w;
                     n += 1;
                     ends[calls] = n;
@@ -293,7 +313,7 @@ unsafe fn walk(interp: &Interp, words: &mut [u64], ends: &mut [usize]) -> (usize
             let incomplete = owner != OWNED_BY_GENERATOR && instr < first;
             if !incomplete && instr >= start {
                 let offset = (instr - start) as c_int;
-                if let Some(w) = word(interp, code, instr, || {
+                if let Some(w) = word(interp, code, instr, n, || {
                     (interp.addr2line)(code as _, offset)
                 }) {
                     words[n] = w;
@@ -316,13 +336,15 @@ unsafe fn walk(interp: &Interp, words: &mut [u64], ends: &mut [usize]) -> (usize
     (n, calls)
 }
 
-/// The frame word of `code` at `instr` (cached per thread); `line` computes the line on a
-/// miss. `None` when the code cannot be interned.
+/// The frame word of `code` at `instr`, the frame at `position` of the walk (cached per
+/// thread, see `Caches`); `line` computes the line on a miss. `None` when the code cannot
+/// be interned.
 #[inline]
 unsafe fn word(
     interp: &Interp,
     code: usize,
     instr: usize,
+    position: usize,
     line: impl FnOnce() -> c_int,
 ) -> Option<u64> {
     let l = interp.layout;
@@ -331,10 +353,19 @@ unsafe fn word(
     let names = filename ^ name.rotate_left(17);
     let h = (code ^ instr.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let slot = (h >> 56) & (SLOTS - 1);
-    if let Ok(Some(w)) = CACHE.try_with(|c| {
-        let s = c[slot].get();
-        (s.code == code && s.instr == instr && s.names == names).then_some(s.word)
-    }) {
+    let same = |s: Slot| s.code == code && s.instr == instr && s.names == names;
+    let found = CACHE.try_with(|c| {
+        let by_position = c.by_position.get(position)?;
+        if same(by_position.get()) {
+            return Some(by_position.get().word);
+        }
+        let hashed = c.hashed[slot].get();
+        same(hashed).then(|| {
+            by_position.set(hashed);
+            hashed.word
+        })
+    });
+    if let Ok(Some(w)) = found {
         return Some(w);
     }
     let first_line = rd_i32(code, l.code_firstlineno).max(0) as u32;
@@ -342,12 +373,16 @@ unsafe fn word(
     let id = intern::intern_code(key, || (py_str(l, filename), py_str(l, name), first_line))?;
     let w = python_frame(id, line().max(0) as u32);
     let _ = CACHE.try_with(|c| {
-        c[slot].set(Slot {
+        let new = Slot {
             code,
             instr,
             names,
             word: w,
-        })
+        };
+        c.hashed[slot].set(new);
+        if let Some(p) = c.by_position.get(position) {
+            p.set(new);
+        }
     });
     Some(w)
 }

@@ -212,7 +212,12 @@ impl Memo {
         for (o, r) in out[m..m + take].iter_mut().zip(&self.ra[from..from + take]) {
             *o = MaybeUninit::new(r.get());
         }
-        self.used.set(now);
+        // Only a walk met at the memo's first state counts as a use: one met further in
+        // (a different call path joining it at a common caller) must not keep the memo
+        // from being replaced by that path's own walk (see `Memos::remember`).
+        if k == 0 {
+            self.used.set(now);
+        }
         Resume::Done(m + take)
     }
 

@@ -263,10 +263,14 @@ fn walk(
                         }
                         if rec.states() > 0 {
                             // Met past its first state: remember the whole walk, so
-                            // that the next one from here is met at once.
+                            // that the next one from here is met at once, in place of
+                            // the memo least recently met at its first state (this one
+                            // too: two call paths that share a caller, such as an
+                            // allocation and its free, would otherwise take turns
+                            // evicting each other from the other slot).
                             rec.join(s, m, k[j], bp_word, bp_since);
-                            let other = memos.least_recent_except(j);
-                            memos.remember(&rec, Some(other), epoch, skip, m.full(), now);
+                            let lru = memos.least_recent_except(memo::SLOTS);
+                            memos.remember(&rec, Some(lru), epoch, skip, m.full(), now);
                         }
                         return Some(total);
                     }

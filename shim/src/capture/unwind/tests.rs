@@ -125,3 +125,59 @@ fn an_unload_retires_every_cached_rule() {
     note_loader_generation((1, 2));
     assert_eq!(EPOCH.load(Ordering::Relaxed), e);
 }
+
+/// One capture through `capture_memo`; whether it met a memo at its first state.
+#[inline(never)]
+fn capture_hit() -> bool {
+    let mut out = [MaybeUninit::<u64>::uninit(); 64];
+    let r = (0..10_000).find_map(|_| capture_memo(&mut out, 0, 0));
+    std::hint::black_box(r.expect("fast path").1.is_some())
+}
+
+#[inline(never)]
+fn path_a() -> bool {
+    std::hint::black_box(capture_hit())
+}
+
+#[inline(never)]
+fn path_b() -> bool {
+    let mut pad = [0u8; 32];
+    std::hint::black_box(&mut pad);
+    std::hint::black_box(capture_hit()) && pad[0] == 0
+}
+
+#[inline(never)]
+fn path_c() -> bool {
+    let mut pad = [0u8; 96];
+    std::hint::black_box(&mut pad);
+    std::hint::black_box(capture_hit()) && pad[0] == 0
+}
+
+/// The three paths from one caller (as an allocation, its free and an earlier call are
+/// made from one loop).
+#[inline(never)]
+fn from_one_caller(which: u32) -> bool {
+    let r = match which {
+        0 => path_a(),
+        1 => path_b(),
+        _ => path_c(),
+    };
+    std::hint::black_box(r)
+}
+
+#[test]
+fn two_paths_that_share_a_caller_keep_a_memo_each() {
+    assert!(init());
+    // On a thread of its own: fresh memos. A third path first takes a slot; then the
+    // two take turns. Each joins the third one's memo at their common caller once, and
+    // must then be met at its first state every time: a joined walk replaces the memo
+    // least recently met at its first state, not the other path's.
+    let hits = std::thread::spawn(|| {
+        let order = (0..21).map(|i| if i == 0 { 2 } else { i % 2 });
+        // One call site for all: the walks meet at its frame.
+        order.map(from_one_caller).collect::<Vec<bool>>()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(hits[5..], [true; 16], "{hits:?}");
+}
