@@ -189,21 +189,21 @@ pub fn write<R: Read, W: Write>(
         .unwrap_or(0);
     let mut w = SnapshotWriter::new(out, &mut sym, start_ns).map_err(Error::Output)?;
     let window = surveyed.window;
-    // With --last, a counting pass per device first: how many of its first entries to skip.
+    // A counting pass per device first: how many of its first entries `--last` skips,
+    // and how large the file will be (said before a large one is written).
     let mut skip: BTreeMap<i32, u64> = BTreeMap::new();
-    if window.last.is_some() {
-        for &device in &survey.devices {
-            let mut counter = DeviceEntries::new(&mut w, device, header, survey.tensors)
-                .windowed(window, u64::MAX);
-            replay_first(open()?, survey.records, &mut counter)
-                .map_err(|e| crate::input::read_error(trace, e))?;
-            skip.insert(device, window.skipped(counter.counted));
-        }
-        let kept: u64 = survey.devices.len() as u64 * window.last.unwrap_or(0);
-        let notice = super::window::size_notice(kept * BYTES_PER_ENTRY, kept, "entries at most");
-        if let Some(notice) = notice {
-            crate::term::say(&notice);
-        }
+    let mut kept = 0u64;
+    for &device in &survey.devices {
+        let mut counter = DeviceEntries::new(&mut w, device, header, survey.tensors)
+            .windowed(window, u64::MAX);
+        replay_first(open()?, survey.records, &mut counter)
+            .map_err(|e| crate::input::read_error(trace, e))?;
+        let skipped = window.skipped(counter.counted);
+        skip.insert(device, skipped);
+        kept += counter.counted - skipped;
+    }
+    if let Some(notice) = super::window::size_notice(kept * BYTES_PER_ENTRY, kept, "entries") {
+        crate::term::say(&notice);
     }
     // Device traces first: the segments (what is live at the end) need no trace pass.
     w.begin().map_err(Error::Output)?;
