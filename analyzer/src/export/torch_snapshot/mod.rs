@@ -194,8 +194,8 @@ pub fn write<R: Read, W: Write>(
     let mut skip: BTreeMap<i32, u64> = BTreeMap::new();
     let mut kept = 0u64;
     for &device in &survey.devices {
-        let mut counter = DeviceEntries::new(&mut w, device, header, survey.tensors)
-            .windowed(window, u64::MAX);
+        let mut counter =
+            DeviceEntries::new(&mut w, device, header, survey.tensors).windowed(window, u64::MAX);
         replay_first(open()?, survey.records, &mut counter)
             .map_err(|e| crate::input::read_error(trace, e))?;
         let skipped = window.skipped(counter.counted);
