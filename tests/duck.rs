@@ -1,11 +1,26 @@
 //! DuckDB (the PyPI package, from `python_packages`), an engine we did not write, reading
 //! the Parquet export: a query's rows as JSON.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
 use crate::python_packages;
+
+/// `gpumemprof export --format parquet TRACE -o DIR` (exit 0); returns the path of its
+/// `allocations.parquet`.
+pub fn export_tables(trace: &Path, dir: &Path) -> PathBuf {
+    let out = Command::new(crate::analyzer_path())
+        .args(["export", "--format", "parquet"])
+        .arg(trace)
+        .arg("-o")
+        .arg(dir)
+        .output()
+        .expect("run gpumemprof export");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    dir.join("allocations.parquet")
+}
 
 /// The rows of `sql` (each a JSON array of its columns; big integers stay exact, other
 /// values JSON has no type for are strings). Panics with DuckDB's message if the query

@@ -250,19 +250,12 @@ fn nvtx3_ranges_group_memory_by_the_innermost_range_of_the_allocating_thread() {
 #[test]
 fn parquet_rows_carry_the_range_summary_groups_by() {
     let run = ranges_program("nvtx_parquet", &[]);
-    let out = run.trace.with_file_name("tables");
-    let export = analyzer()
-        .args(["export", "--format", "parquet"])
-        .arg(&run.trace)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("run gpumemprof export");
-    assert_eq!(export.status.code(), Some(0), "{export:?}");
+    let allocations =
+        gpumemprof_tests::duck::export_tables(&run.trace, &run.trace.with_file_name("tables"));
     let rows = gpumemprof_tests::duck::query(&format!(
         "SELECT coalesce(range, '<no range>'), range_domain, count(*), sum(bytes)
          FROM '{}' WHERE NOT failed GROUP BY ALL ORDER BY sum(bytes) DESC, 1",
-        out.join("allocations.parquet").display()
+        allocations.display()
     ));
     let summary = by_range("summary", &run.trace, &[]);
     let mut want: Vec<Vec<Value>> = summary["ranges"]

@@ -85,18 +85,10 @@ fn tensorflows_bfc_allocator_is_seen_as_tensors_at_the_users_line() {
     let seg = report("leaks", &trace, &["--level", "segments"]);
     assert_eq!(seg["groups"][0]["kind"], "device");
     // The Parquet rows name TensorFlow's entry point.
-    let tables = dir.join("tables");
-    let out = gpumemprof_tests::profiled::analyzer()
-        .args(["export", "--format", "parquet"])
-        .arg(&trace)
-        .arg("-o")
-        .arg(&tables)
-        .output()
-        .expect("run gpumemprof export");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let allocations = gpumemprof_tests::duck::export_tables(&trace, &dir.join("tables"));
     let rows = gpumemprof_tests::duck::query(&format!(
         "SELECT api, count(*) FROM '{}' WHERE kind = 'tensor' GROUP BY api",
-        tables.join("allocations.parquet").display()
+        allocations.display()
     ));
     assert_eq!(
         rows,

@@ -10,6 +10,7 @@
 mod schema;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Output;
 
 use gpumemprof_tests::profiled::{preload, report, scratch};
@@ -320,19 +321,11 @@ fn parquet_rows_of_kind_tensor() {
     let dir = scratch("torch_parquet");
     let trace = dir.join("harness.trace");
     run(Some(&trace));
-    let tables = dir.join("tables");
-    let out = gpumemprof_tests::profiled::analyzer()
-        .args(["export", "--format", "parquet"])
-        .arg(&trace)
-        .arg("-o")
-        .arg(&tables)
-        .output()
-        .expect("run gpumemprof export");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let allocations = gpumemprof_tests::duck::export_tables(&trace, &dir.join("tables"));
     let rows = gpumemprof_tests::duck::query(&format!(
         "SELECT api, count(*), count(*) FILTER (WHERE free_ns IS NULL), sum(bytes)
          FROM '{}' WHERE kind = 'tensor' GROUP BY api",
-        tables.join("allocations.parquet").display()
+        allocations.display()
     ));
     assert_eq!(
         rows,
@@ -444,13 +437,7 @@ fn record_stream_and_empty_cache() {
         (&d["allocations"], &d["frees"], &d["live_bytes_at_end"]),
         (&json!(2), &json!(1), &json!(n(&f, "reserved")))
     );
-    let l = report("leaks", &trace, &[]);
-    let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
-    assert_eq!(
-        (&l["total_bytes"], &l["total_count"]),
-        (&json!(12 * MIB), &json!(4))
-    );
-    assert_eq!(l["groups"][0]["site"]["line"], json!(keep));
+    the_kept_tensors_leak(&trace);
 }
 
 /// Expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`): PyTorch maps
@@ -490,13 +477,7 @@ fn expandable_segments_map_what_the_tensors_use() {
         )
     );
     assert_eq!(s["totals"]["peak_bytes"], json!(n(&f, "reserved_peak")));
-    let l = report("leaks", &trace, &[]);
-    let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
-    assert_eq!(
-        (&l["total_bytes"], &l["total_count"]),
-        (&json!(12 * MIB), &json!(4))
-    );
-    assert_eq!(l["groups"][0]["site"]["line"], json!(keep));
+    the_kept_tensors_leak(&trace);
 }
 
 /// Python loads PyTorch with `RTLD_LOCAL` (ctypes here, as Python loads its extension
@@ -536,4 +517,15 @@ fn pytorchs_own_function_still_runs_when_python_loads_it_locally() {
     let s = report("summary", &trace, &[]);
     assert_eq!(s["allocators"][0]["tensor_allocations"], json!(100));
     assert_eq!(s["allocators"][0]["tensor_frees"], json!(100));
+}
+
+/// `leaks`: the 4 tensors (12 MiB) the harness keeps, at its KEEP line.
+fn the_kept_tensors_leak(trace: &Path) {
+    let l = report("leaks", trace, &[]);
+    let keep = u64::from(source_line_of(SOURCE, "GPUMEMPROF-TORCH-KEEP"));
+    assert_eq!(
+        (&l["total_bytes"], &l["total_count"]),
+        (&json!(12 * MIB), &json!(4))
+    );
+    assert_eq!(l["groups"][0]["site"]["line"], json!(keep));
 }

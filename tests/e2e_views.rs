@@ -535,8 +535,8 @@ fn rough_edges_of_the_command_line() {
     let total = summary["totals"]["peak_bytes"].as_u64().unwrap();
     assert!(
         text.contains(&format!(
-            "all memory together (what --max-peak checks): peak {} ({total} B) at ",
-            units_bytes(total)
+            "all memory together (what --max-peak checks): peak {} at ",
+            gpumemprof_analyzer::units::bytes_exact(total)
         )),
         "{text}"
     );
@@ -546,9 +546,4 @@ fn rough_edges_of_the_command_line() {
         peak["total_peak_time_ns"],
         summary["totals"]["peak_time_ns"]
     );
-}
-
-/// `units::bytes` as the analyzer prints it, for the sizes these tests meet (MiB).
-fn units_bytes(n: u64) -> String {
-    format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
 }

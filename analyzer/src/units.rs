@@ -55,6 +55,16 @@ pub fn span(first_ns: u64, last_ns: u64) -> String {
     }
 }
 
+/// `span` for a table column: `1.234 s`, or `1.234 s to 2.000 s`.
+pub fn span_column(first_ns: u64, last_ns: u64) -> String {
+    let (a, b) = (secs(first_ns), secs(last_ns));
+    if a == b {
+        a
+    } else {
+        format!("{a} to {b}")
+    }
+}
+
 /// A device ordinal; the shim writes -1 when it could not tell.
 pub fn device(d: i32) -> String {
     if d < 0 {
@@ -122,6 +132,8 @@ mod tests {
         assert_eq!(span(12_189_012, 12_233_729), "at 0.012 s");
         assert_eq!(span(12_189_012, 13_000_000), "from 0.012 s to 0.013 s");
         assert_eq!(span(0, 0), "at 0.000 s");
+        assert_eq!(span_column(12_189_012, 12_233_729), "0.012 s");
+        assert_eq!(span_column(12_189_012, 13_000_000), "0.012 s to 0.013 s");
     }
 
     use super::*;

@@ -143,10 +143,20 @@ impl TraceInfo {
                 "WARNING: the trace file is cut short; only its complete blocks were read"
             )?;
         }
-        if self.damaged_blocks > 0 {
-            writeln!(
-                out,
-                "WARNING: {} of the trace file ({}) could not be read and {} skipped; {}",
+        if let Some(words) = self.damage_words() {
+            writeln!(out, "WARNING: {words}")?;
+        }
+        writeln!(out)
+    }
+}
+
+impl TraceInfo {
+    /// What damaged blocks cost, in a sentence the text and HTML reports print; `None`
+    /// for a sound trace.
+    pub fn damage_words(&self) -> Option<String> {
+        (self.damaged_blocks > 0).then(|| {
+            format!(
+                "{} of the trace file ({}) could not be read and {} skipped; {}",
                 units::plural(self.damaged_blocks, "block", "blocks"),
                 units::bytes(self.damaged_bytes),
                 if self.damaged_blocks == 1 {
@@ -155,9 +165,8 @@ impl TraceInfo {
                     "were"
                 },
                 crate::input::damage_events(&self.damage)
-            )?;
-        }
-        writeln!(out)
+            )
+        })
     }
 }
 

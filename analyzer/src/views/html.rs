@@ -172,15 +172,11 @@ fn header(h: &mut String, p: &Page, program: &str) {
              were read.</strong></div>",
         );
     }
-    if t.damaged_blocks > 0 {
+    if let Some(words) = t.damage_words() {
         let _ = write!(
             h,
-            "<div class=\"meta\"><strong>{} of the trace file ({}) could not be read and \
-             {} skipped; {}.</strong></div>",
-            units::plural(t.damaged_blocks, "block", "blocks"),
-            esc(&units::bytes(t.damaged_bytes)),
-            if t.damaged_blocks == 1 { "was" } else { "were" },
-            esc(&crate::input::damage_events(&t.damage))
+            "<div class=\"meta\"><strong>{}.</strong></div>",
+            esc(&words)
         );
     }
     h.push_str("</header>\n");
@@ -439,11 +435,7 @@ fn leaks(h: &mut String, p: &Page) {
     );
     for (n, g) in l.groups.iter().enumerate() {
         let devices: Vec<String> = g.devices.iter().map(|d| units::device(*d)).collect();
-        // `at 1.234 s` reads as `1.234 s` in this column; times that print alike are one.
-        let when = units::span(g.first_time_ns, g.last_time_ns)
-            .trim_start_matches("at ")
-            .trim_start_matches("from ")
-            .to_string();
+        let when = units::span_column(g.first_time_ns, g.last_time_ns);
         let _ = write!(
             h,
             "<tr><td class=\"num\">{}</td><td class=\"num\" title=\"{} B\">{}</td>\

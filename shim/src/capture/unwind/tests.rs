@@ -2,6 +2,21 @@
 
 use super::*;
 
+/// `capture` until it walks: a rule miss declines (`None`) while another thread holds the
+/// slow path's lock (`miss` only try-locks it), and other tests unwind at the same time,
+/// computing rules (milliseconds for a large object). Once the rules are in, the walk
+/// succeeds. Panics after 10 s.
+fn retried<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(r) = f() {
+            return r;
+        }
+        assert!(std::time::Instant::now() < deadline, "fast path");
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
 /// `depth` real frames, then both unwinders from the same function.
 #[inline(never)]
 fn nested(depth: u32, fast: &mut Vec<u64>, slow: &mut Vec<u64>) -> u32 {
@@ -10,12 +25,7 @@ fn nested(depth: u32, fast: &mut Vec<u64>, slow: &mut Vec<u64>) -> u32 {
         return std::hint::black_box(r + 1);
     }
     let mut a = [MaybeUninit::<u64>::uninit(); 128];
-    // A rule miss declines (`None`) while another thread holds the slow path's lock
-    // (`miss` only try-locks it): other tests unwind at the same time. Once the
-    // rules are in, the walk succeeds.
-    let n = (0..10_000)
-        .find_map(|_| capture(&mut a, 0, 0))
-        .expect("fast path");
+    let n = retried(|| capture(&mut a, 0, 0));
     fast.extend(a[..n].iter().map(|f| unsafe { f.assume_init() }));
     let mut b = [MaybeUninit::<u64>::uninit(); 128];
     let m = crate::capture::stack::capture_slow(&mut b);
@@ -130,8 +140,8 @@ fn an_unload_retires_every_cached_rule() {
 #[inline(never)]
 fn capture_hit() -> bool {
     let mut out = [MaybeUninit::<u64>::uninit(); 64];
-    let r = (0..10_000).find_map(|_| capture_memo(&mut out, 0, 0));
-    std::hint::black_box(r.expect("fast path").1.is_some())
+    let r = retried(|| capture_memo(&mut out, 0, 0));
+    std::hint::black_box(r.1.is_some())
 }
 
 #[inline(never)]
