@@ -3,7 +3,9 @@
 //! runtime: the shim's definitions of `AllocateRaw`/`DeallocateRaw` are the ones the
 //! allocator's vtable reaches, so its tensors are seen at the harness's lines, with the
 //! allocator's own numbers (`GetStats`, printed by the harness); its regions are the
-//! `cudaMalloc` segments.
+//! `cudaMalloc` segments. A host allocator (pinned memory) made and destroyed first, at the
+//! very address the device allocator is then made at, has no tensors: its memory type is
+//! asked on every call, never remembered per address.
 
 #[path = "../analyzer/tests/checks/schema.rs"]
 mod schema;
@@ -84,7 +86,8 @@ fn tensorflows_bfc_allocator_is_seen_as_tensors_at_the_users_line() {
     // The regions: the allocator's cudaMalloc calls, the segments.
     let seg = report("leaks", &trace, &["--level", "segments"]);
     assert_eq!(seg["groups"][0]["kind"], "device");
-    // The Parquet rows name TensorFlow's entry point.
+    // The Parquet rows name TensorFlow's entry point: the device allocator's 14 tensors,
+    // none of the host allocator's 3 blocks.
     let allocations = gpumemprof_tests::duck::export_tables(&trace, &dir.join("tables"));
     let rows = gpumemprof_tests::duck::query(&format!(
         "SELECT api, count(*) FROM '{}' WHERE kind = 'tensor' GROUP BY api",

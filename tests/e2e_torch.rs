@@ -191,11 +191,24 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
     assert!(String::from_utf8_lossy(&both.stderr)
         .contains("--level reads one trace file: give one TRACE"));
 
-    // oom: the failure PyTorch raised, after its release-and-retry (the second of the two
-    // failed cudaMalloc calls), in PyTorch's words and numbers.
+    // oom: the failure PyTorch raised, after its release-and-retry (two failed cudaMalloc
+    // calls, then the allocator's own report of the block it refused), in PyTorch's words
+    // and numbers.
     let o = report("oom", &trace, &[]);
     schema::assert_valid("oom", &o);
-    assert_eq!(o["failure"]["index"], 1);
+    assert_eq!(o["failure_counts"]["out_of_memory"], 3);
+    assert_eq!(
+        (
+            &o["failure"]["index"],
+            &o["failure"]["kind"],
+            &o["failure"]["api"]
+        ),
+        (
+            &json!(2),
+            &json!("tensor"),
+            &json!("c10::reportOutOfMemoryToProfiler")
+        )
+    );
     let t = &o["pytorch"];
     assert_eq!(
         (
@@ -315,7 +328,8 @@ fn folded_stacks_count_tensors_or_segments() {
 }
 
 /// The Parquet export has the tensors as rows of their own kind, read by DuckDB: one per
-/// tensor the allocator handed out, 4 never freed, at the harness's lines.
+/// tensor the allocator handed out, 4 never freed, at the harness's lines; and the 64 GiB
+/// block it refused (its `OutOfMemoryError`), a row with result 2 and no address.
 #[test]
 fn parquet_rows_of_kind_tensor() {
     let dir = scratch("torch_parquet");
@@ -324,18 +338,31 @@ fn parquet_rows_of_kind_tensor() {
     let allocations = gpumemprof_tests::duck::export_tables(&trace, &dir.join("tables"));
     let rows = gpumemprof_tests::duck::query(&format!(
         "SELECT api, count(*), count(*) FILTER (WHERE free_ns IS NULL), sum(bytes)
-         FROM '{}' WHERE kind = 'tensor' GROUP BY api",
+         FROM '{}' WHERE kind = 'tensor' GROUP BY api ORDER BY api",
         allocations.display()
     ));
     assert_eq!(
         rows,
-        vec![vec![
-            json!("c10::reportMemoryUsageToProfiler"),
-            json!(54),
-            json!(4),
-            json!(62 * MIB)
-        ]]
+        vec![
+            vec![
+                json!("c10::reportMemoryUsageToProfiler"),
+                json!(54),
+                json!(4),
+                json!(62 * MIB)
+            ],
+            vec![
+                json!("c10::reportOutOfMemoryToProfiler"),
+                json!(1),
+                json!(1),
+                json!(64 * 1024 * MIB)
+            ]
+        ]
     );
+    let refused = gpumemprof_tests::duck::query(&format!(
+        "SELECT result, address FROM '{}' WHERE api = 'c10::reportOutOfMemoryToProfiler'",
+        allocations.display()
+    ));
+    assert_eq!(refused, vec![vec![json!(2), json!(null)]]);
 }
 
 /// `diff` compares tensors when both traces have them (`--level segments`: segments), and
@@ -477,6 +504,83 @@ fn expandable_segments_map_what_the_tensors_use() {
         )
     );
     assert_eq!(s["totals"]["peak_bytes"], json!(n(&f, "reserved_peak")));
+    // No CUDA call fails here (PyTorch sees too little free memory and does not map): the
+    // allocator's own report of the block it refused is the failure, in its numbers.
+    let o = report("oom", &trace, &[]);
+    schema::assert_valid("oom", &o);
+    assert_eq!(o["failure_counts"]["out_of_memory"], 1);
+    assert_eq!(
+        (&o["failure"]["kind"], &o["failure"]["size"]),
+        (&json!("tensor"), &json!(64u64 << 30))
+    );
+    let t = &o["pytorch"];
+    assert_eq!(
+        (&t["allocated_bytes"], &t["reserved_bytes"], &t["tensors"]),
+        (
+            &json!(n(&f, "after_oom_allocated")),
+            &json!(n(&f, "after_oom_reserved")),
+            &json!(4)
+        )
+    );
+    let message = format!("CUDA out of memory. {}", t["message"].as_str().unwrap());
+    assert!(
+        f["oom"].starts_with(&message),
+        "PyTorch said:\n{}\nwe say:\n{message}",
+        f["oom"]
+    );
+    let at = source_line_of(SOURCE, "GPUMEMPROF-TORCH-OOM");
+    let verdict = o["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with(&format!(
+            "OOM: PyTorch's caching allocator refused a 64.0 GiB block at too_big \
+             (caching_allocator.cpp:{at}) on device 0 with 1004.0 MiB free of 1.0 GiB; \
+             PyTorch: 12.0 MiB allocated in 4 tensors"
+        )),
+        "{verdict}"
+    );
+    assert_eq!(o["failure"]["site"]["line"], json!(at));
+    the_kept_tensors_leak(&trace);
+}
+
+/// The flight recorder (`GPUMEMPROF_MODE=oom`, a ring of 16 events, the fewest) writes its trace when
+/// PyTorch's allocator refuses a block with expandable segments, though no CUDA call fails:
+/// the 4 kept tensors, made long before the ring's events, are still live in it, the exit
+/// line counts the one failure, and `oom` explains it with PyTorch's numbers.
+#[test]
+fn the_flight_recorder_keeps_the_tensors_live_at_an_expandable_segments_oom() {
+    let dir = scratch("torch_expandable_recorder");
+    let trace = dir.join("harness.trace");
+    let env = [
+        ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+        ("GPUMEMPROF_MODE", "oom"),
+        ("GPUMEMPROF_OOM_RING", "16"),
+    ];
+    let out = run_env(Some(&trace), &[], &env);
+    let f = facts(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("out of memory: the flight recorder wrote")
+            && stderr.contains("; 1 allocation failed for lack of memory: see why with"),
+        "{stderr}"
+    );
+    let o = report("oom", &trace, &[]);
+    assert_eq!(
+        (&o["failure"]["kind"], &o["failure_counts"]["out_of_memory"]),
+        (&json!("tensor"), &json!(1))
+    );
+    let t = &o["pytorch"];
+    assert_eq!(
+        (
+            &t["tensors"],
+            &t["allocated_bytes"],
+            &t["sites"][0]["bytes"]
+        ),
+        (
+            &json!(4),
+            &json!(n(&f, "after_oom_allocated")),
+            &json!(12 * MIB)
+        )
+    );
     the_kept_tensors_leak(&trace);
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::{repo_root, sim_dir, target_dir};
+use crate::{repo_root, sim_dir};
 
 /// The pinned wheel (the release whose `tsl::BFCAllocator` entry points the shim hooks).
 pub const WHEELS: &[&str] = &["tensorflow==2.21.0"];
@@ -36,11 +36,7 @@ pub fn harness() -> &'static PathBuf {
             tf.join("libtensorflow_framework.so.2").is_file(),
             "no libtensorflow_framework.so.2 in {WHEELS:?}"
         );
-        let dir = target_dir()
-            .join("tensorflow")
-            .join(format!("build.{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the tensorflow build folder");
+        let dir = crate::wheels::build_dir("tensorflow");
         let exe = dir.join("bfc_allocator");
         // The simulated runtime first: TensorFlow's library carries its own `cuda*` stubs.
         crate::wheels::built(

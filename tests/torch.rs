@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::wheels::built;
-use crate::{repo_root, sim_dir, target_dir};
+use crate::{repo_root, sim_dir};
 
 /// The pinned wheels (the torch version whose allocator entry points the shim hooks).
 pub const WHEELS: &[&str] = &[
@@ -56,11 +56,7 @@ pub fn harness() -> &'static Harness {
     static BUILT: OnceLock<Harness> = OnceLock::new();
     BUILT.get_or_init(|| {
         let root = wheels();
-        let dir = target_dir()
-            .join("torch")
-            .join(format!("build.{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the torch build folder");
+        let dir = crate::wheels::build_dir("torch");
         let cu13 = root.join("nvidia/cu13/include");
         let sim = repo_root().join("tests/sim");
         let (o_sim, o_13) = (dir.join("cudart_sim.o"), dir.join("cudart13.o"));

@@ -89,3 +89,28 @@ pub fn built(cmd: &mut Command, what: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A fresh folder for this test process's build of harness `name`:
+/// `target/<profile>/<name>/build.<pid>` (each process builds its own, so test processes
+/// running at once never share one). The folders of processes that have ended are removed.
+pub fn build_dir(name: &str) -> PathBuf {
+    let parent = target_dir().join(name);
+    let me = std::process::id();
+    for entry in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix("build."))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != me && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = parent.join(format!("build.{me}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
+}

@@ -93,6 +93,11 @@ pub const FRAMEWORK_PYTORCH: u8 = 1;
 /// `reserved` is 0 (not reported per change).
 pub const FRAMEWORK_TENSORFLOW: u8 = 2;
 
+/// The function that reported a failed allocation of kind `MemKind::Tensor` (API 0, not in
+/// the header's `apis` table): PyTorch's caching allocator refusing a block, just before it
+/// raises `OutOfMemoryError`.
+pub const TENSOR_OUT_OF_MEMORY_API: &str = "c10::reportOutOfMemoryToProfiler";
+
 /// A framework allocator's block handed out (`delta > 0`) or taken back (`delta < 0`),
 /// with the allocator's own totals on that device after the change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +115,25 @@ pub struct Tensor {
     /// Its reserved bytes (the segments it holds; PyTorch's `reserved_bytes`).
     pub reserved: u64,
     pub stack: u64,
+}
+
+impl Tensor {
+    /// The allocation a handed-out block is (kind `Tensor`, API 0, its bytes `|delta|`),
+    /// for code that treats tensors as allocations of their own address space.
+    pub fn as_alloc(&self) -> Alloc {
+        Alloc {
+            time_ns: self.time_ns,
+            tid: self.tid,
+            api: 0,
+            kind: MemKind::Tensor,
+            device: self.device,
+            address: self.address,
+            size: self.delta.unsigned_abs(),
+            stream: 0,
+            pool: 0,
+            stack: self.stack,
+        }
+    }
 }
 
 /// A successful allocation.

@@ -3,7 +3,8 @@
 # PyTorch's real caching allocator (libc10_cuda.so of the pinned wheel, on the simulated
 # runtime), 20 calls deep, without the shim and with it (GPUMEMPROF_STACKS=off and native),
 # run after run in turn so that drift hits all alike; prints each one's median wall ns per
-# pair and the shim's cost over the allocator alone.
+# pair and the shim's cost over the allocator alone: the difference of the medians, and the
+# median of each run's difference from the run without the shim made just before it.
 #
 # With PY=1 the loop is driven from Python instead (ctypes, DEPTH Python frames deep; the
 # harness built as a shared library), and the shim runs with GPUMEMPROF_STACKS=full (native
@@ -53,5 +54,8 @@ med(){ echo "$@" | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1
 base=$(med ${res[none]})
 for k in $modes; do
   m=$(med ${res[$k]})
-  echo "$k: median $m ns/pair [${res[$k]} ]  over the allocator alone: $(python3 -c "print(round($m-$base,1))") ns"
+  # Paired: each run's difference from the run without the shim just before it, then the
+  # median of those (drift during the call moves both of a pair alike).
+  paired=$(python3 -c "import statistics as s, sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(round(s.median(float(x) - float(y) for x, y in zip(a, b)), 1))" "${res[$k]}" "${res[none]}")
+  echo "$k: median $m ns/pair [${res[$k]} ]  over the allocator alone: $(python3 -c "print(round($m-$base,1))") ns (paired: $paired ns)"
 done

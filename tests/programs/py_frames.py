@@ -8,8 +8,11 @@ Every block is leaked (never freed), each from its own site (1 MiB = 1048576 byt
   4 MiB on the PY-FRAMES-WEIGHTS line, 8 MiB in all;
 - worker(), run by a threading.Thread: one cudaMalloc of 2 MiB on the PY-FRAMES-THREAD
   line (a thread with its own Python frames);
-- alloc_on_native_thread(): 1 MiB from a pthread that never ran Python, its stack native only.
-Total leaked: 11 MiB in 4 blocks. Prints "ok" and exits 0, or exits 1 with a message.
+- alloc_on_native_thread(): 1 MiB from a pthread that never ran Python, its stack native only;
+- twins(): a loop that calls malloc() from two lines in turn, 3 x 512 KiB on PY-FRAMES-TWIN-A
+  and 3 x 256 KiB on PY-FRAMES-TWIN-B. Both calls reach cudaMalloc through the very same
+  native frames, so only the Python frames tell the two sites apart.
+Total leaked: 13.25 MiB in 10 blocks. Prints "ok" and exits 0, or exits 1 with a message.
 """
 import ctypes
 import sys
@@ -46,6 +49,12 @@ def worker(out):
     out.append(malloc(2 * MIB))  # PY-FRAMES-THREAD
 
 
+def twins(out):
+    for _ in range(3):
+        out.append(malloc(512 << 10))  # PY-FRAMES-TWIN-A
+        out.append(malloc(256 << 10))  # PY-FRAMES-TWIN-B
+
+
 def main():
     Trainer().step()  # PY-FRAMES-MAIN
     out = []
@@ -57,6 +66,7 @@ def main():
     rc = native.alloc_on_native_thread(1 * MIB)
     if rc != 0:
         sys.exit(f"py_frames: alloc_on_native_thread returned {rc}")
+    twins(out)
     print("ok")
 
 

@@ -181,18 +181,7 @@ impl Replay {
             figures.apply(t);
         }
         if t.delta >= 0 {
-            self.alloc(&Alloc {
-                time_ns: t.time_ns,
-                tid: t.tid,
-                api: 0,
-                kind: MemKind::Tensor,
-                device: t.device,
-                address: t.address,
-                size: t.delta as u64,
-                stream: 0,
-                pool: 0,
-                stack: t.stack,
-            });
+            self.alloc(&t.as_alloc());
         } else {
             self.free(&Free {
                 time_ns: t.time_ns,

@@ -57,6 +57,15 @@ pub fn is_framework(f: &Frame) -> bool {
     NOT_THE_USERS.iter().any(|p| name.starts_with(p))
 }
 
+/// `frames` from the site on, for a one-line chain that starts at the user's line; all of
+/// them when none is the user's.
+pub fn starting_at_site(frames: &[Frame]) -> &[Frame] {
+    match frames.iter().position(|f| !is_framework(f)) {
+        Some(i) => &frames[i..],
+        None => frames,
+    }
+}
+
 /// The site: the first frame outside the framework and the interpreter (innermost
 /// first); `None` when every frame is theirs (or there are none).
 pub fn site(frames: &[Frame]) -> Option<&Frame> {

@@ -137,7 +137,9 @@ pub(super) fn on_failure(
     r.stream = stream;
     r.pool = pool;
     r.result = rc as u32;
-    if rc == OUT_OF_MEMORY as c_int && mem == MemKind::Device {
+    // A framework's refused tensor (`framework.rs`) is asked of the runtime, as PyTorch
+    // asks it for its own message, on the device it made current.
+    if rc == OUT_OF_MEMORY as c_int && matches!(mem, MemKind::Device | MemKind::Tensor) {
         if let Some((free, total)) = device::mem_info(api.family()) {
             r.address = free;
             r.aux = total;

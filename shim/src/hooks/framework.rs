@@ -25,14 +25,23 @@
 //! two `int8_t`s, type (0 CPU, 1 CUDA) then index, passed in one register's low 16 bits.
 //! Releases before 2.1 passed the totals as `int64_t` (mangled `...EPvlllNS_6DeviceE`):
 //! the same registers, so one body serves both names.
+//!
+//! When the allocator gives up (after freeing its cache and retrying), it calls
+//! `c10::reportOutOfMemoryToProfiler(int64_t alloc_size, size_t total_allocated, size_t
+//! total_reserved, c10::Device)` just before it throws `OutOfMemoryError`, also with
+//! expandable segments, where no CUDA call fails. That one is recorded as a failed
+//! allocation of kind `tensor` (the block size asked, the allocator's totals in `stream`
+//! and `pool`, the device's free and total memory read as PyTorch reads them for its
+//! message) and forwarded the same way.
 
+use super::alloc::on_failure;
 use super::record::{hooked, record, Rec};
 use crate::sys::clock;
 use crate::sys::dl;
-use crate::sys::event::{EventKind, TENSOR_FREE};
+use crate::sys::event::{EventKind, OUT_OF_MEMORY, TENSOR_FREE};
 use crate::sys::hooklist::Api;
 use gpumemprof_format::{MemKind, FRAMEWORK_PYTORCH};
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::AtomicPtr;
 
 /// Both names' signature, with the totals as the register bits they are.
@@ -114,4 +123,50 @@ pub extern "C" fn report_memory_usage_old(
     // The same bits: forwarded unchanged.
     let (a, r) = (allocated as u64, reserved as u64);
     report(&NEXT_OLD, NAME_OLD, ptr, alloc_size, a, r, device);
+}
+
+const OOM_NAME: &CStr = c"_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE";
+static NEXT_OOM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `c10::reportOutOfMemoryToProfiler(int64_t, size_t, size_t, c10::Device)`: the allocator
+/// refused a block of `alloc_size` bytes with `allocated` in tensors and `reserved` in
+/// segments; `OutOfMemoryError` follows.
+#[export_name = "_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE"]
+pub extern "C" fn report_out_of_memory(
+    alloc_size: i64,
+    allocated: u64,
+    reserved: u64,
+    device: u16,
+) {
+    type OomFn = unsafe extern "C" fn(i64, u64, u64, u16);
+    let forward = || {
+        if let Some(p) = dl::next_cached(&NEXT_OOM, OOM_NAME) {
+            // SAFETY: the symbol of that name has this signature; the caller's arguments.
+            unsafe {
+                std::mem::transmute::<*mut c_void, OomFn>(p)(
+                    alloc_size, allocated, reserved, device,
+                )
+            }
+        }
+    };
+    if device as u8 != CUDA {
+        return forward();
+    }
+    let t = clock::now();
+    hooked(forward, |(), me| {
+        let index = i32::from((device >> 8) as u8 as i8);
+        let size = alloc_size.max(0) as u64;
+        let rc = OUT_OF_MEMORY as c_int;
+        on_failure(
+            me,
+            Api::_None,
+            MemKind::Tensor,
+            rc,
+            t,
+            size,
+            allocated,
+            reserved,
+            index,
+        );
+    });
 }

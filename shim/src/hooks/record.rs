@@ -99,18 +99,17 @@ impl Rec {
     }
 }
 
-/// Interns `native` with the calling thread's Python frames merged in (if it runs any).
+/// Interns `native` with Python frames `py` merged in (if there are any).
 #[inline(never)]
-fn intern_with_python(native: &[u64]) -> u32 {
+fn intern_with_python(native: &[u64], py: &python::Frames) -> u32 {
+    if py.is_empty() {
+        return intern::intern(native);
+    }
     const MERGED: usize = MAX_STACK_DEPTH + python::MAX_PY_FRAMES;
     let mut merged = [MaybeUninit::<u64>::uninit(); MERGED];
-    match python::merge(native, &mut merged) {
-        Some(n) => {
-            // SAFETY: `merge` initialised the first `n` entries.
-            intern::intern(unsafe { std::slice::from_raw_parts(merged.as_ptr() as *const u64, n) })
-        }
-        None => intern::intern(native),
-    }
+    let n = python::merge(py, native, &mut merged);
+    // SAFETY: `merge` initialised the first `n` entries.
+    intern::intern(unsafe { std::slice::from_raw_parts(merged.as_ptr() as *const u64, n) })
 }
 
 /// Captures and interns the calling thread's stack (with its Python frames, if any).
@@ -120,19 +119,45 @@ fn capture_stack(depth: usize) -> u32 {
     let (n, memo) = stack::capture_memo(&mut frames[..depth]);
     // SAFETY: `capture_memo` initialised the first `n` entries.
     let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
-    if python::active() {
-        return intern_with_python(frames);
-    }
-    // The same frames as the last time this memo was met from its start (a loop's
-    // allocations): the same id, without hashing them (BENCHMARKS.md, "fourth session").
-    let Some(slot) = memo else {
-        return intern::intern(frames);
-    };
-    if let Some(id) = unwind::memo_stack_id(slot, n) {
+    // The same native frames as the last time this memo was met from its start (a loop's
+    // allocations), and the same Python frames as then: the same id, without merging or
+    // hashing them (BENCHMARKS.md, "fourth session" and "2026-11-25, third").
+    if !python::active() {
+        // No Python frames are noted for any memo yet: an id noted here is of native
+        // frames alone, which is what the noted absence of Python frames says once an
+        // interpreter is found (it is never lost again).
+        let Some(slot) = memo else {
+            return intern::intern(frames);
+        };
+        if let Some(id) = unwind::memo_stack_id(slot, n) {
+            return id;
+        }
+        let id = intern::intern(frames);
+        unwind::set_memo_stack_id(slot, n, id);
         return id;
     }
-    let id = intern::intern(frames);
+    with_python(frames, memo)
+}
+
+/// `capture_stack` once an interpreter is found: the thread's Python frames read, and the
+/// memo's id reused only when they are the ones noted with it. Its own function, so the
+/// frames' 1 KiB buffer is not in the native path's stack frame.
+#[inline(never)]
+fn with_python(frames: &[u64], memo: Option<usize>) -> u32 {
+    let n = frames.len();
+    let mut py = python::Frames::new();
+    python::read(&mut py);
+    let Some(slot) = memo else {
+        return intern_with_python(frames, &py);
+    };
+    if let Some(id) = unwind::memo_stack_id(slot, n) {
+        if python::memo::same(slot, &py) {
+            return id;
+        }
+    }
+    let id = intern_with_python(frames, &py);
     unwind::set_memo_stack_id(slot, n, id);
+    python::memo::note(slot, &py);
     id
 }
 

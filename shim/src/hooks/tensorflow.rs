@@ -74,6 +74,11 @@ impl Class {
     }
 
     /// The allocator's memory is on a device, and the size of its block at `ptr`.
+    ///
+    /// The memory type is asked on every call, not remembered per instance: an allocator
+    /// destroyed and another of the same class made at its address (the harness does
+    /// that) would inherit a remembered answer, and the call is cheap beside the
+    /// event's stack (`docs/ARCHITECTURE.md`, "TensorFlow").
     fn device_block(&self, this: *mut c_void, ptr: *mut c_void) -> Option<usize> {
         let (ty, size) = (self.next(3), self.next(2));
         if ty.is_null() || size.is_null() || ptr.is_null() {
@@ -107,21 +112,43 @@ static TENSORFLOW: Class = Class::new([
 ]);
 
 /// Bytes each allocator instance holds in tensors, for the events' `allocated` (a few
-/// allocators per process: one per device and kind; beyond `SLOTS` they share the last).
+/// allocators per process: one per device and kind; beyond `SLOTS` they share
+/// `OVERFLOW_IN_USE`).
+struct Instance {
+    /// The allocator's address; 0: a free slot.
+    this: AtomicUsize,
+    in_use: AtomicU64,
+}
+
 const SLOTS: usize = 16;
-static INSTANCES: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
-static IN_USE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+static INSTANCES: [Instance; SLOTS] = [const {
+    Instance {
+        this: AtomicUsize::new(0),
+        in_use: AtomicU64::new(0),
+    }
+}; SLOTS];
+static OVERFLOW_IN_USE: AtomicU64 = AtomicU64::new(0);
+
+/// The slot of allocator `this` (claimed on first use), or `None` when all are taken.
+fn instance(this: *mut c_void) -> Option<&'static Instance> {
+    let key = this as usize;
+    INSTANCES
+        .iter()
+        .find(|i| match i.this.load(Ordering::Acquire) {
+            k if k == key => true,
+            0 => match i
+                .this
+                .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => true,
+                Err(k) => k == key,
+            },
+            _ => false,
+        })
+}
 
 fn in_use(this: *mut c_void) -> &'static AtomicU64 {
-    let key = this as usize;
-    for i in 0..SLOTS {
-        match INSTANCES[i].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return &IN_USE[i],
-            Err(k) if k == key => return &IN_USE[i],
-            Err(_) => {}
-        }
-    }
-    &IN_USE[SLOTS - 1]
+    instance(this).map_or(&OVERFLOW_IN_USE, |i| &i.in_use)
 }
 
 fn tensor(

@@ -158,7 +158,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_MODE",
         default: "full",
-        doc: "`full` records every event as it happens. `oom` is a flight recorder: nothing is written until an allocation fails with out-of-memory; then the trace gets the allocations live at that moment plus the last `GPUMEMPROF_OOM_RING` events, and recording goes on as in `full` until exit. A run that never runs out of memory leaves no file.",
+        doc: "`full` records every event as it happens. `oom` is a flight recorder: nothing is written until an allocation fails with out-of-memory; then the trace gets the allocations (and framework tensors) live at that moment plus the last `GPUMEMPROF_OOM_RING` events, and recording goes on as in `full` until exit. A run that never runs out of memory leaves no file.",
     },
     Var {
         name: "GPUMEMPROF_OOM_RING",

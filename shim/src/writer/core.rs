@@ -290,11 +290,13 @@ impl WriterCore {
 
     /// Encodes one event (or hands it to the flight recorder).
     pub(super) fn put(&mut self, p: Pending) {
-        if matches!(&p, Pending::Failed(f) if f.result == OUT_OF_MEMORY) {
-            self.out_of_memory += 1;
-        }
         match &mut self.sink {
             Sink::File(out) => {
+                // Counted as written: the flight recorder's events come through here once
+                // more when it dumps them.
+                if matches!(&p, Pending::Failed(f) if f.result == OUT_OF_MEMORY) {
+                    self.out_of_memory += 1;
+                }
                 let enc = out.encoder();
                 match p {
                     Pending::Alloc(a) => enc.alloc(&a),
@@ -361,8 +363,8 @@ impl WriterCore {
         }
         let (base, ring) = r.take_dump();
         let (n_base, n_ring) = (base.len(), ring.len());
-        for a in base {
-            self.put(Pending::Alloc(a));
+        for p in base {
+            self.put(p);
         }
         for p in ring {
             self.put(p);

@@ -210,8 +210,10 @@ impl Pipeline {
 
     /// Hands one event of the calling thread to the writer. Never loses it: waits while
     /// the thread's ring is full, and writes it itself once the writer thread has
-    /// finished.
-    #[inline]
+    /// finished. Always inlined into `hooks::record::record`, so the event is built in
+    /// registers and stored once, into its ring slot (left to the compiler, it became a
+    /// call once the shim had one more hook, and the tensor path slowed: BENCHMARKS.md).
+    #[inline(always)]
     pub fn push(&self, me: &ThreadState, ev: &Event) {
         let mut ring = me.ring();
         if ring.is_null() {

@@ -3,8 +3,9 @@
 //! that moment and the last N events, and recording goes on normally.
 //!
 //! ```text
-//!  events ─► ring (last N) ──evicted──► base: live allocations before the ring's first event
-//!  on OOM:  file := header, modules, every stack, base as allocations (in time order),
+//!  events ─► ring (last N) ──evicted──► base: live allocations (and framework tensors)
+//!                                           before the ring's first event
+//!  on OOM:  file := header, modules, every stack, the base (in time order),
 //!                   then the ring's events in order
 //! ```
 //!
@@ -14,7 +15,7 @@
 
 use super::pending::Pending;
 use crate::capture::intern::FxMap;
-use gpumemprof_format::{Alloc, Module, FREE_RANGE};
+use gpumemprof_format::{Alloc, Module, Tensor, FREE_RANGE};
 use std::collections::VecDeque;
 
 pub struct Recorder {
@@ -23,6 +24,8 @@ pub struct Recorder {
     /// Live allocations before the ring's first event, per address space
     /// (`MemKind::space`).
     base: [FxMap<u64, Alloc>; 3],
+    /// Framework tensors live before the ring's first event, by address.
+    tensors: FxMap<u64, Tensor>,
     pub stacks: Vec<(u64, Box<[u64]>)>,
     /// Python code objects the stacks name (written before them).
     pub codes: Vec<gpumemprof_format::PyCode>,
@@ -39,6 +42,7 @@ impl Recorder {
             ring: VecDeque::with_capacity(capacity.min(1 << 16)),
             capacity,
             base: Default::default(),
+            tensors: FxMap::default(),
             stacks: Vec::new(),
             codes: Vec::new(),
             modules: Vec::new(),
@@ -74,18 +78,30 @@ impl Recorder {
                     live.remove(&f.address);
                 }
             }
+            Pending::Tensor(t) if t.delta > 0 => {
+                self.tensors.insert(t.address, *t);
+            }
+            Pending::Tensor(t) => {
+                self.tensors.remove(&t.address);
+            }
             _ => {}
         }
     }
 
-    /// What to write, in order: the base as allocations sorted by time, then the ring.
-    pub fn take_dump(&mut self) -> (Vec<Alloc>, Vec<Pending>) {
-        let mut base: Vec<Alloc> = self
+    /// What to write, in order: the base (allocations and tensors) sorted by time, then
+    /// the ring.
+    pub fn take_dump(&mut self) -> (Vec<Pending>, Vec<Pending>) {
+        let mut base: Vec<Pending> = self
             .base
             .iter_mut()
-            .flat_map(|m| m.drain().map(|(_, a)| a))
+            .flat_map(|m| m.drain().map(|(_, a)| Pending::Alloc(a)))
+            .chain(
+                self.tensors
+                    .drain()
+                    .map(|(_, t)| Pending::Tensor(Box::new(t))),
+            )
             .collect();
-        base.sort_by_key(|a| a.time_ns);
+        base.sort_by_key(Pending::time);
         (base, self.ring.drain(..).collect())
     }
 }
@@ -125,6 +141,46 @@ mod tests {
         })
     }
 
+    fn address(p: &Pending) -> u64 {
+        match p {
+            Pending::Alloc(a) => a.address,
+            Pending::Tensor(t) => t.address,
+            _ => panic!("the base holds allocations and tensors only"),
+        }
+    }
+
+    fn tensor(t: u64, address: u64, delta: i64) -> Pending {
+        Pending::Tensor(Box::new(Tensor {
+            time_ns: t,
+            tid: 1,
+            framework: gpumemprof_format::FRAMEWORK_PYTORCH,
+            device: 0,
+            address,
+            delta,
+            allocated: 0,
+            reserved: 0,
+            stack: 0,
+        }))
+    }
+
+    /// A training loop's tensors live at an out-of-memory failure long after they were
+    /// made (the ring has moved on): they are in the dump, in time order with the segments.
+    #[test]
+    fn tensors_pushed_out_of_the_ring_stay_live_in_the_base() {
+        let mut r = Recorder::new(2, serde_json::json!({}), String::new());
+        r.push(alloc(1, 0x1000, 20 << 20)); // the segment
+        r.push(tensor(2, 0x1000, 3 << 20)); // kept
+        r.push(tensor(3, 0x1300000, 1 << 20)); // dropped below
+        r.push(tensor(4, 0x1300000, -(1 << 20)));
+        r.push(tensor(5, 0x1400000, 1 << 20)); // still in the ring
+        r.push(alloc(6, 0x9000, 10));
+        let (base, ring) = r.take_dump();
+        assert!(matches!(base[0], Pending::Alloc(_)) && matches!(base[1], Pending::Tensor(_)));
+        let base: Vec<(u64, u64)> = base.iter().map(|p| (p.time(), address(p))).collect();
+        assert_eq!(base, vec![(1, 0x1000), (2, 0x1000)]);
+        assert_eq!(ring.len(), 2);
+    }
+
     #[test]
     fn evicted_events_become_the_base_and_the_ring_keeps_the_last_n() {
         let mut r = Recorder::new(4, serde_json::json!({}), String::new());
@@ -139,7 +195,7 @@ mod tests {
         // Ring: the last 4 events (the allocation at t=9 and the three frees); base: the
         // allocations pushed out of the ring (t=0..8); the frees are still in the ring.
         assert_eq!(ring.len(), 4);
-        let base_addrs: Vec<u64> = base.iter().map(|a| a.address).collect();
+        let base_addrs: Vec<u64> = base.iter().map(address).collect();
         assert_eq!(
             base_addrs,
             vec![0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 0x9000]
@@ -172,7 +228,7 @@ mod tests {
         r.push(alloc(4, 0x3000, 10));
         r.push(alloc(5, 0x4000, 10)); // evicts the free of 0x1000
         let (base, ring) = r.take_dump();
-        let addrs: Vec<u64> = base.iter().map(|a| a.address).collect();
+        let addrs: Vec<u64> = base.iter().map(address).collect();
         assert_eq!(addrs, vec![0x2000]);
         assert_eq!(ring.len(), 2);
     }

@@ -6,7 +6,9 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use gpumemprof_format::{AllocFailed, MemKind, Record, FRAMEWORK_TENSORFLOW};
+use gpumemprof_format::{
+    AllocFailed, MemKind, Record, FRAMEWORK_TENSORFLOW, TENSOR_OUT_OF_MEMORY_API,
+};
 use parquet::data_type::ByteArray;
 
 use super::table::Table;
@@ -42,6 +44,8 @@ pub const SCHEMA: &str = "message allocation {
 /// `apis` table (the hooked CUDA and HIP functions) does not list.
 const TENSOR_API_PYTORCH: u16 = u16::MAX;
 const TENSOR_API_TENSORFLOW: u16 = u16::MAX - 1;
+/// A refused framework tensor (`TENSOR_OUT_OF_MEMORY_API`).
+const TENSOR_API_OUT_OF_MEMORY: u16 = u16::MAX - 2;
 
 /// What a trace's rows share.
 pub struct Process {
@@ -125,6 +129,7 @@ impl<'t> AllocationRows<'t> {
         match api {
             TENSOR_API_PYTORCH => return ByteArray::from("c10::reportMemoryUsageToProfiler"),
             TENSOR_API_TENSORFLOW => return ByteArray::from("tsl::BFCAllocator::AllocateRaw"),
+            TENSOR_API_OUT_OF_MEMORY => return ByteArray::from(TENSOR_OUT_OF_MEMORY_API),
             _ => {}
         }
         self.apis
@@ -271,10 +276,14 @@ impl Observer for AllocationRows<'_> {
             let group = replay.range_group(f.tid);
             self.see_range(group, replay);
             let range = self.range(group);
+            let api = match (f.kind, f.api) {
+                (MemKind::Tensor, 0) => TENSOR_API_OUT_OF_MEMORY,
+                (_, api) => api,
+            };
             self.write(
                 f.device,
                 f.kind,
-                f.api,
+                api,
                 None,
                 f.size,
                 (f.time_ns, None),

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 
-use gpumemprof_format::{MemKind, ReadError, TraceReader};
+use gpumemprof_format::{AllocFailed, MemKind, ReadError, TraceReader};
 
 use super::{TraceInfo, SCHEMA_VERSION};
 use crate::error::Error;
@@ -97,6 +97,14 @@ pub fn analyze<R: Read>(
     Ok(report)
 }
 
+/// The name of the function a failure came from: the framework's for a refused tensor.
+fn failed_api_name(header: &serde_json::Value, call: &AllocFailed) -> String {
+    match (call.kind, call.api) {
+        (MemKind::Tensor, 0) => gpumemprof_format::TENSOR_OUT_OF_MEMORY_API.into(),
+        (_, api) => api_name(header, api),
+    }
+}
+
 /// The name the header's `apis` table gives API `id` (`api#N` if it has none).
 fn api_name(header: &serde_json::Value, id: u16) -> String {
     gpumemprof_format::header::api_names(header)
@@ -164,7 +172,7 @@ pub fn build(
         index,
         ordinal: failure.ordinal,
         time_ns: call.time_ns,
-        api: api_name(header, call.api),
+        api: failed_api_name(header, call),
         kind: call.kind.name(),
         device: call.device,
         size: call.size,
@@ -174,6 +182,7 @@ pub fn build(
         result: call.result,
         stack_id: call.stack,
         frames: sym.stack(call.stack, opts.frames),
+        site: crate::report::level::site(&sym.stack(call.stack, 0)).cloned(),
         mem_free_bytes: known.then_some(call.mem_free),
         mem_total_bytes: known.then_some(call.mem_total),
         outcome: if failure.is_final() {
@@ -491,12 +500,24 @@ fn verdict(r: &OomReport) -> String {
             (Some(free), Some(total)) => format!(" with {} free of {}", b(free), b(total)),
             _ => " (free memory not recorded)".into(),
         };
-        format!(
-            "{} asked {}{what} on device {}{mem}",
-            f.api,
-            b(f.size),
-            units::device(f.device)
-        )
+        if f.kind == "tensor" {
+            let at = f
+                .site
+                .as_ref()
+                .map_or_else(String::new, |s| format!(" at {}", short_frame(s)));
+            format!(
+                "PyTorch's caching allocator refused a {} block{at} on device {}{mem}",
+                b(f.size),
+                units::device(f.device)
+            )
+        } else {
+            format!(
+                "{} asked {}{what} on device {}{mem}",
+                f.api,
+                b(f.size),
+                units::device(f.device)
+            )
+        }
     };
     let held = match (&r.pytorch, live.sites.first()) {
         (Some(t), _) => {

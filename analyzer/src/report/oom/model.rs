@@ -63,6 +63,8 @@ pub struct FailureInfo {
     pub result: u32,
     pub stack_id: u64,
     pub frames: Vec<Frame>,
+    /// The first frame outside the framework and the interpreter (the user's line).
+    pub site: Option<Frame>,
     /// The device's free and total memory read right after the failure; `null` when the
     /// shim could not read them.
     pub mem_free_bytes: Option<u64>,

@@ -81,11 +81,16 @@ impl Scan {
 
     /// The first final failure, or, when the same thread asked again for the same size
     /// and failed again (an allocator's release-and-retry, as PyTorch's before it raises
-    /// `OutOfMemoryError`), the last of those attempts: the one the error describes.
+    /// `OutOfMemoryError`), the last of those attempts: the one the error describes. A
+    /// framework's refused tensor that follows on the same thread and device (PyTorch
+    /// reports it after its last failed `cudaMalloc`) is the error itself: it is the one.
     fn first_final_retried(&self) -> Option<usize> {
         let mut i = self.failures.iter().position(Failure::is_final)?;
         let same = |a: &AllocFailed, b: &AllocFailed| {
             (a.tid, a.device, a.size, a.kind) == (b.tid, b.device, b.size, b.kind)
+                || (b.kind == MemKind::Tensor
+                    && a.kind != MemKind::Tensor
+                    && (a.tid, a.device) == (b.tid, b.device))
         };
         while let Some(next) = self.failures.get(i + 1) {
             if !(next.is_final() && same(&self.failures[i].call, &next.call)) {
@@ -187,6 +192,10 @@ impl Observer for Classifier {
             Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => self.failed(f),
             // A zero-byte request that "succeeded" with a null pointer got no memory.
             Record::Alloc(a) if self.unresolved > 0 && a.address != 0 => self.succeeded(a),
+            // A framework's tensor handed out: the retry of a refused one.
+            Record::Tensor(t) if self.unresolved > 0 && t.delta > 0 => {
+                self.succeeded(&t.as_alloc())
+            }
             _ => {}
         }
     }
@@ -335,6 +344,11 @@ fn remove<K: std::hash::Hash + Eq>(
 /// pinned host memory; otherwise the same kind on the same device. Never reservations or
 /// VMM handles (their mappings are counted instead).
 pub fn competes(f: &AllocFailed, a: &LiveAlloc) -> bool {
+    if f.kind == MemKind::Tensor {
+        // A refused tensor: the tensors that hold the allocator's memory (its segments
+        // are what it reserved around them).
+        return a.kind == MemKind::Tensor && a.device == f.device;
+    }
     if !a.kind.is_memory() {
         return false;
     }

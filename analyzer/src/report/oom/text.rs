@@ -12,8 +12,10 @@ use crate::units;
 /// Frames in the one-line chain of a list entry (at most `--frames`).
 const CHAIN_FRAMES: usize = 3;
 
-/// `f (file.c:12) < g (file.c:40) < main (file.c:99)`, innermost first.
+/// `f (file.c:12) < g (file.c:40) < main (file.c:99)`, innermost first, from the site on
+/// (the framework's frames above the user's line are in the JSON).
 fn chain(stack: u64, frames: &[Frame]) -> String {
+    let frames = crate::report::level::starting_at_site(frames);
     if frames.is_empty() {
         return if stack == 0 {
             "(no stack captured)".into()
@@ -26,6 +28,15 @@ fn chain(stack: u64, frames: &[Frame]) -> String {
         parts.push("...".into());
     }
     parts.join(" < ")
+}
+
+/// `alloc`/`allocs` for allocations (the list's narrow column), tensors as they are.
+fn short(word: &'static str) -> &'static str {
+    match word {
+        "allocation" => "alloc",
+        "allocations" => "allocs",
+        w => w,
+    }
 }
 
 pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
@@ -98,6 +109,10 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
         f.result,
         f.stack_id
     )?;
+    let from = crate::report::level::from_site(f.site.as_ref(), &f.frames);
+    if !from.is_empty() {
+        writeln!(out, "   {from}")?;
+    }
     write_frames(out, &f.frames, "      ")?;
     if f.kind != "pinned_host" {
         match (f.mem_free_bytes, f.mem_total_bytes) {
@@ -158,11 +173,13 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
         .iter()
         .map(|k| format!("{} {}", k.kind, b(k.bytes)))
         .collect();
+    // A refused tensor competes with tensors: counted as such.
+    let (one, many) = crate::report::level::count_words(f.kind);
     writeln!(
         out,
         "\nlive at the failure: {} in {} ({}), {}",
         units::bytes_exact(live.bytes),
-        units::plural(live.count, "allocation", "allocations"),
+        units::plural(live.count, one, many),
         kinds.join(", "),
         units::plural(live.sites_total, "call site", "call sites")
     )?;
@@ -171,7 +188,7 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
             out,
             "  {:>10}  {:>9}  {}",
             b(s.bytes),
-            units::plural(s.count, "alloc", "allocs"),
+            units::plural(s.count, short(one), short(many)),
             chain(s.stack_id, &s.frames)
         )?;
     }
@@ -189,7 +206,7 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
     if !live.largest.is_empty() {
-        writeln!(out, "\nlargest live allocations:")?;
+        writeln!(out, "\nlargest live {many}:")?;
         for a in &live.largest {
             writeln!(
                 out,

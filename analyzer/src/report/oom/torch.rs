@@ -3,7 +3,9 @@
 //! the tensors live then, "reserved" the device memory live then (the allocator's
 //! segments, and any other allocation of the process on that device), and `message` the
 //! sentence PyTorch's `OutOfMemoryError` carries, with the same numbers and the same
-//! rounding (c10's `format_size`).
+//! rounding (c10's `format_size`). For the tensor PyTorch's allocator refused (a failure of
+//! kind `tensor`, from `c10::reportOutOfMemoryToProfiler`), allocated and reserved are the
+//! allocator's own totals it reported with it.
 
 use std::collections::HashMap;
 
@@ -23,11 +25,16 @@ pub fn at_failure(
     frames: usize,
 ) -> Option<TorchAtFailure> {
     let r = &moment.replayed;
-    if !r.allocators.iter().any(|f| {
-        f.device == call.device
-            && f.allocations > 0
-            && f.framework == gpumemprof_format::FRAMEWORK_PYTORCH
-    }) {
+    // A refused tensor is PyTorch's own report (with its own totals); a failed CUDA call
+    // is PyTorch's when its tensors were seen on that device.
+    let refused = call.kind == MemKind::Tensor;
+    if !refused
+        && !r.allocators.iter().any(|f| {
+            f.device == call.device
+                && f.allocations > 0
+                && f.framework == gpumemprof_format::FRAMEWORK_PYTORCH
+        })
+    {
         return None;
     }
     let (mut allocated, mut tensors, mut reserved) = (0u64, 0u64, 0u64);
@@ -44,6 +51,10 @@ pub fn at_failure(
             MemKind::Device => reserved = reserved.saturating_add(a.size),
             _ => {}
         }
+    }
+    if refused {
+        // The allocator's figures as it raised the error: the very numbers of its message.
+        (allocated, reserved) = (call.stream, call.pool);
     }
     let mut sites: Vec<(u64, (u64, u64))> = by_stack.into_iter().collect();
     sites.sort_by(|(sa, a), (sb, b)| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(sa.cmp(sb)));

@@ -66,7 +66,7 @@ pub const OWNED_BY_CSTACK: u8 = 3;
 macro_rules! layouts {
     ($($v:literal: [$($n:literal),* $(,)?]),* $(,)?) => {
         /// Field order as in `Layout` (and as `py_offsets.c` prints them).
-        pub static LAYOUTS: &[Layout] = &[$(layouts!(@one $v, [$($n),*])),*];
+        pub const LAYOUTS: &[Layout] = &[$(layouts!(@one $v, [$($n),*])),*];
     };
     (@one $v:literal, [$ob:literal, $tf:literal, $cc:literal, $fc:literal, $fp:literal,
       $fi:literal, $fo:literal, $fe:literal, $cf:literal, $cn:literal, $ca:literal,
@@ -107,6 +107,20 @@ layouts! {
 /// The layout of CPython `major.minor`, if this shim knows it.
 pub fn for_version(version: u32) -> Option<&'static Layout> {
     LAYOUTS.iter().find(|l| l.version == version)
+}
+
+/// The layout of a version this shim knows, at compile time (the stack walk is compiled
+/// once per version, its offsets constants: `walker`). A version not in the table does
+/// not compile.
+pub const fn layout_of(version: u32) -> Layout {
+    let mut i = 0;
+    while i < LAYOUTS.len() {
+        if LAYOUTS[i].version == version {
+            return LAYOUTS[i];
+        }
+        i += 1;
+    }
+    panic!("no layout for this Python version")
 }
 
 /// The table as `py_offsets.c` prints it for `version` (`name value` lines), for the

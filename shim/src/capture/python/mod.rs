@@ -28,27 +28,28 @@
 //!   are defined once (`intern::intern_code`).
 
 mod layout;
+pub mod memo;
+mod words;
 
 pub use layout::{for_version, table_text};
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use gpumemprof_format::{python_frame, MAX_PY_STRING};
 use parking_lot::Mutex;
 
-use crate::capture::intern;
 use crate::sys::dl as dlsym;
 use layout::{Layout, OWNED_BY_CSTACK, OWNED_BY_GENERATOR};
+use words::Caches;
 
 /// Python frames read per stack at most (deeper ones are dropped, outermost first).
 pub const MAX_PY_FRAMES: usize = 128;
 
 /// What the walk needs of the running interpreter, found once.
 struct Interp {
-    layout: &'static Layout,
+    /// The stack walk compiled for this version's layout.
+    walker: Walker,
     is_initialized: unsafe extern "C" fn() -> c_int,
     this_thread_state: unsafe extern "C" fn() -> *mut c_void,
     addr2line: unsafe extern "C" fn(*mut c_void, c_int) -> c_int,
@@ -162,7 +163,7 @@ fn find() -> Result<Option<Interp>, String> {
     // SAFETY: each pointer is the named CPython function, with the C signature given.
     unsafe {
         Ok(Some(Interp {
-            layout,
+            walker: walker(version).ok_or("no stack walk for this version")?,
             is_initialized: std::mem::transmute::<*mut c_void, NoArgs<c_int>>(need(
                 c"Py_IsInitialized",
             )?),
@@ -217,229 +218,224 @@ unsafe fn rd_u8(base: usize, off: isize) -> u8 {
     *((base as isize + off) as *const u8)
 }
 
-/// Per-thread cache slots of (code, instruction) -> frame word (a power of two).
-const SLOTS: usize = 256;
-
-#[derive(Clone, Copy)]
-struct Slot {
-    code: usize,
-    instr: usize,
-    /// The code's name string addresses when cached, to notice a reused code address.
-    names: usize,
-    word: u64,
+/// The calling thread's Python frames, as one event read them: `words` innermost first,
+/// and `ends[i]` one past the last frame of evaluator call `i` (innermost call first).
+/// Built uninitialised on the stack (2 KiB that no event should pay to clear); only the
+/// first `n` words and `calls` ends are ever read.
+pub struct Frames {
+    words: [MaybeUninit<u64>; MAX_PY_FRAMES],
+    ends: [MaybeUninit<u8>; MAX_PY_FRAMES],
+    n: usize,
+    calls: usize,
+    /// `_PyEval_EvalFrameDefault`'s address range, when frames were read.
+    eval: (u64, u64),
 }
 
-/// A thread's caches of frame words: by (code, instruction) hash, and by position in the
-/// last walk (innermost frame 0). Events made in a loop below Python meet the same Python
-/// stack every time: by position, each frame finds its own slot, where hashed slots can
-/// collide (two frames of one stack taking turns evicting each other, each event then
-/// paying for the line lookup twice).
-struct Caches {
-    hashed: [Cell<Slot>; SLOTS],
-    by_position: [Cell<Slot>; MAX_PY_FRAMES],
-}
+// Every end (at most MAX_PY_FRAMES) fits a byte.
+const _: () = assert!(MAX_PY_FRAMES <= u8::MAX as usize);
 
-const EMPTY_SLOT: Slot = Slot {
-    code: 0,
-    instr: 0,
-    names: 0,
-    word: 0,
-};
-
-thread_local! {
-    static CACHE: Caches = const {
-        Caches {
-            hashed: [const { Cell::new(EMPTY_SLOT) }; SLOTS],
-            by_position: [const { Cell::new(EMPTY_SLOT) }; MAX_PY_FRAMES],
+impl Frames {
+    /// No frames (until `read` finds some).
+    #[inline(always)]
+    pub fn new() -> Frames {
+        Frames {
+            words: [const { MaybeUninit::uninit() }; MAX_PY_FRAMES],
+            ends: [const { MaybeUninit::uninit() }; MAX_PY_FRAMES],
+            n: 0,
+            calls: 0,
+            eval: (0, 0),
         }
-    };
+    }
+
+    /// The frame words, innermost first.
+    #[inline(always)]
+    pub fn words(&self) -> &[u64] {
+        // SAFETY: the first `n` were written by `walk`.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u64, self.n) }
+    }
+
+    /// Where each evaluator call's frames end in `words`, innermost call first.
+    #[inline(always)]
+    pub fn ends(&self) -> &[u8] {
+        // SAFETY: the first `calls` were written by `walk`.
+        unsafe { std::slice::from_raw_parts(self.ends.as_ptr() as *const u8, self.calls) }
+    }
+
+    /// Whether the thread ran no Python (or none is being read).
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    #[inline(always)]
+    fn push_word(&mut self, w: u64) {
+        self.words[self.n] = MaybeUninit::new(w);
+        self.n += 1;
+    }
+
+    #[inline(always)]
+    fn end_call(&mut self) {
+        self.ends[self.calls] = MaybeUninit::new(self.n as u8);
+        self.calls += 1;
+    }
 }
 
-/// The Python frames of the calling thread, innermost first, in `words`; `ends[i]` is
-/// one past the last frame of evaluator call `i` (innermost call first). Returns
-/// (frames, calls); (0, 0) when the thread runs no Python.
+impl Default for Frames {
+    fn default() -> Frames {
+        Frames::new()
+    }
+}
+
+/// Reads the calling thread's Python frames into `f` (none when no interpreter is being
+/// read or the thread runs no Python).
+pub fn read(f: &mut Frames) {
+    let p = INTERP.load(Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: set once from a leaked Box, never freed.
+    let interp = unsafe { &*p };
+    // SAFETY: this thread's own frames (see the module comment).
+    words::with_caches(|caches| unsafe { walk(interp, caches, f) });
+}
+
+/// A stack walk compiled for one version's layout (`walker`).
+type Walker = unsafe fn(&Interp, &Caches, usize, &mut Frames);
+
+/// The walk for CPython `version` (`major * 100 + minor`): each is compiled with that
+/// version's offsets as constants, which keeps the loop's state in registers.
+fn walker(version: u32) -> Option<Walker> {
+    Some(match version {
+        309 => walk_frame_objects::<309>,
+        310 => walk_frame_objects::<310>,
+        311 => walk_interpreter_frames::<311>,
+        312 => walk_interpreter_frames::<312>,
+        313 => walk_interpreter_frames::<313>,
+        _ => return None,
+    })
+}
+
+/// Fills `f` with the calling thread's Python frames.
 ///
 /// # Safety
 /// Only from the thread whose frames are read (it must be inside a call made from Python
 /// or have no Python frames), with `interp` describing the running interpreter.
-unsafe fn walk(interp: &Interp, words: &mut [u64], ends: &mut [usize]) -> (usize, usize) {
+unsafe fn walk(interp: &Interp, caches: &Caches, f: &mut Frames) {
+    f.n = 0;
+    f.calls = 0;
+    f.eval = interp.eval;
     if (interp.is_initialized)() == 0 {
-        return (0, 0);
+        return;
     }
     let ts = (interp.this_thread_state)() as usize;
     if ts == 0 {
-        return (0, 0);
+        return;
     }
-    let l = interp.layout;
-    let mut frame = rd_usize(ts, l.tstate_frame);
+    (interp.walker)(interp, caches, ts, f);
+    let last_end = f.ends().last().map(|&e| e as usize);
+    if f.calls < MAX_PY_FRAMES && last_end.is_none_or(|e| e < f.n) {
+        // Frames after the last boundary (a chain cut short): one more call.
+        f.end_call();
+    }
+}
+
+/// The thread's innermost frame (`ts`: its thread state).
+#[inline(always)]
+unsafe fn first_frame(l: &Layout, ts: usize) -> usize {
+    let frame = rd_usize(ts, l.tstate_frame);
     if l.cframe_current >= 0 && frame != 0 {
-        frame = rd_usize(frame, l.cframe_current);
+        return rd_usize(frame, l.cframe_current);
     }
-    let (mut n, mut calls) = (0usize, 0usize);
-    // A cycle cannot happen in a consistent chain; the bound makes sure of termination.
+    frame
+}
+
+/// Whether the walk may take another step (a cycle cannot happen in a consistent chain;
+/// the step bound makes sure of termination).
+#[inline(always)]
+fn more(frame: usize, f: &Frames, steps: usize) -> bool {
+    frame != 0 && f.n < MAX_PY_FRAMES && f.calls < MAX_PY_FRAMES && steps < 4 * MAX_PY_FRAMES
+}
+
+/// 3.9/3.10: one frame object per evaluator call.
+unsafe fn walk_frame_objects<const V: u32>(
+    interp: &Interp,
+    caches: &Caches,
+    ts: usize,
+    f: &mut Frames,
+) {
+    let l: &'static Layout = &const { layout::layout_of(V) };
+    let mut frame = first_frame(l, ts);
     let mut steps = 0;
-    while frame != 0 && n < words.len() && calls < ends.len() && steps < 4 * MAX_PY_FRAMES {
+    while more(frame, f, steps) {
         steps += 1;
         let next = rd_usize(frame, l.frame_previous);
-        if !l.interpreter_frames() {
-            // 3.9/3.10: one frame object per evaluator call.
-            let code = rd_usize(frame, l.frame_code);
-            if code != 0 && rd_usize(code, l.ob_type) == interp.code_type {
-                let lasti = rd_i32(frame, l.frame_instr) as usize;
-                if let Some(w) = word(interp, code, lasti, n, || (interp.frame_line)(frame as _)) {
-                    words[n] = w;
-                    n += 1;
-                    ends[calls] = n;
-                    calls += 1;
-                }
+        let code = rd_usize(frame, l.frame_code);
+        if code != 0 && rd_usize(code, l.ob_type) == interp.code_type {
+            let lasti = rd_i32(frame, l.frame_instr) as usize;
+            let line = || (interp.frame_line)(frame as _);
+            if let Some(w) = words::word(l, caches, code, lasti, f.n, line) {
+                f.push_word(w);
+                f.end_call();
             }
-            frame = next;
-            continue;
         }
+        frame = next;
+    }
+}
+
+/// 3.11+: interpreter frames, several per evaluator call.
+unsafe fn walk_interpreter_frames<const V: u32>(
+    interp: &Interp,
+    caches: &Caches,
+    ts: usize,
+    f: &mut Frames,
+) {
+    let l: &'static Layout = &const { layout::layout_of(V) };
+    let code_type = interp.code_type;
+    let mut frame = first_frame(l, ts);
+    let mut steps = 0;
+    while more(frame, f, steps) {
+        steps += 1;
+        let next = rd_usize(frame, l.frame_previous);
         let owner = rd_u8(frame, l.frame_owner);
         if owner == OWNED_BY_CSTACK {
             // 3.12+: the evaluator call's own entry frame, below the frames it runs.
-            ends[calls] = n;
-            calls += 1;
+            f.end_call();
             frame = next;
             continue;
         }
         let code = rd_usize(frame, l.frame_code);
-        if code != 0 && rd_usize(code, l.ob_type) == interp.code_type {
+        if code != 0 && rd_usize(code, l.ob_type) == code_type {
             let start = code + l.code_adaptive as usize;
             let instr = rd_usize(frame, l.frame_instr);
-            let first = start + 2 * rd_i32(code, l.code_firsttraceable).max(0) as usize;
-            // A frame still being set up has no line yet (CPython's _PyFrame_IsIncomplete).
-            let incomplete = owner != OWNED_BY_GENERATOR && instr < first;
-            if !incomplete && instr >= start {
+            if instr >= start {
                 let offset = (instr - start) as c_int;
-                if let Some(w) = word(interp, code, instr, n, || {
-                    (interp.addr2line)(code as _, offset)
-                }) {
-                    words[n] = w;
-                    n += 1;
+                let line = || (interp.addr2line)(code as _, offset);
+                // A frame still being set up has no line yet (CPython's
+                // _PyFrame_IsIncomplete); only complete frames are cached.
+                let incomplete = || {
+                    let first = start + 2 * rd_i32(code, l.code_firsttraceable).max(0) as usize;
+                    owner != OWNED_BY_GENERATOR && instr < first
+                };
+                if let Some(w) = words::word_unless(l, caches, code, instr, f.n, incomplete, line) {
+                    f.push_word(w);
                 }
             }
         }
         if l.frame_is_entry >= 0 && rd_u8(frame, l.frame_is_entry) != 0 {
             // 3.11: the outermost frame its evaluator call runs.
-            ends[calls] = n;
-            calls += 1;
+            f.end_call();
         }
         frame = next;
     }
-    if calls < ends.len() && (calls == 0 || ends[calls - 1] < n) {
-        // Frames after the last boundary (a chain cut short): one more call.
-        ends[calls] = n;
-        calls += 1;
-    }
-    (n, calls)
 }
 
-/// The frame word of `code` at `instr`, the frame at `position` of the walk (cached per
-/// thread, see `Caches`); `line` computes the line on a miss. `None` when the code cannot
-/// be interned.
-#[inline]
-unsafe fn word(
-    interp: &Interp,
-    code: usize,
-    instr: usize,
-    position: usize,
-    line: impl FnOnce() -> c_int,
-) -> Option<u64> {
-    let l = interp.layout;
-    let filename = rd_usize(code, l.code_filename);
-    let name = rd_usize(code, l.code_name);
-    let names = filename ^ name.rotate_left(17);
-    let h = (code ^ instr.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let slot = (h >> 56) & (SLOTS - 1);
-    let same = |s: Slot| s.code == code && s.instr == instr && s.names == names;
-    let found = CACHE.try_with(|c| {
-        let by_position = c.by_position.get(position)?;
-        if same(by_position.get()) {
-            return Some(by_position.get().word);
-        }
-        let hashed = c.hashed[slot].get();
-        same(hashed).then(|| {
-            by_position.set(hashed);
-            hashed.word
-        })
-    });
-    if let Ok(Some(w)) = found {
-        return Some(w);
-    }
-    let first_line = rd_i32(code, l.code_firstlineno).max(0) as u32;
-    let key = [code, filename, name, first_line as usize];
-    let id = intern::intern_code(key, || (py_str(l, filename), py_str(l, name), first_line))?;
-    let w = python_frame(id, line().max(0) as u32);
-    let _ = CACHE.try_with(|c| {
-        let new = Slot {
-            code,
-            instr,
-            names,
-            word: w,
-        };
-        c.hashed[slot].set(new);
-        if let Some(p) = c.by_position.get(position) {
-            p.set(new);
-        }
-    });
-    Some(w)
-}
-
-/// A Python `str` object's text (compact strings: every code object's names are), cut to
-/// `MAX_PY_STRING` bytes; `?` for anything else.
-unsafe fn py_str(l: &Layout, obj: usize) -> String {
-    if obj == 0 {
-        return "?".into();
-    }
-    let state = rd_i32(obj, l.unicode_state) as u32;
-    let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
-    let len = (rd_usize(obj, l.unicode_length)).min(MAX_PY_STRING);
-    if compact == 0 {
-        return "?".into();
-    }
-    if ascii == 1 {
-        let p = (obj as isize + l.unicode_ascii_data) as *const u8;
-        return String::from_utf8_lossy(std::slice::from_raw_parts(p, len)).into_owned();
-    }
-    let data = (obj as isize + l.unicode_compact_data) as usize;
-    let mut s = String::with_capacity(len);
-    for i in 0..len {
-        let cp = match kind {
-            1 => u32::from(*((data + i) as *const u8)),
-            2 => u32::from(*((data + 2 * i) as *const u16)),
-            4 => *((data + 4 * i) as *const u32),
-            _ => return "?".into(),
-        };
-        s.push(char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER));
-        if s.len() >= MAX_PY_STRING {
-            break;
-        }
-    }
-    s
-}
-
-/// Merges the calling thread's Python frames into `native` (its native stack, innermost
-/// first), writing the result to `out`: each native frame inside the evaluator is replaced
-/// by the Python frames that evaluator call runs; Python frames left over (the native
-/// stack was cut at its depth) go last. `None` when the thread runs no Python: the native
-/// stack stands as it is.
-pub fn merge(native: &[u64], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
-    let p = INTERP.load(Ordering::Acquire);
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: set once from a leaked Box, never freed.
-    let interp = unsafe { &*p };
-    let mut words = [0u64; MAX_PY_FRAMES];
-    let mut ends = [0usize; MAX_PY_FRAMES];
-    // SAFETY: this thread's own frames (see the module comment).
-    let (n, calls) = unsafe { walk(interp, &mut words, &mut ends) };
-    if n == 0 {
-        return None;
-    }
-    let (lo, hi) = interp.eval;
+/// Merges Python frames `f` into `native` (the same thread's native stack, innermost
+/// first), writing the result to `out` and returning its length: each native frame inside
+/// the evaluator is replaced by the Python frames that evaluator call runs; Python frames
+/// left over (the native stack was cut at its depth) go last.
+pub fn merge(f: &Frames, native: &[u64], out: &mut [MaybeUninit<u64>]) -> usize {
+    let (words, ends) = (f.words(), f.ends());
+    let (lo, hi) = f.eval;
     let mut o = 0;
     let mut call = 0;
     let mut from = 0;
@@ -450,20 +446,21 @@ pub fn merge(native: &[u64], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
         }
     };
     for &addr in native {
-        if call < calls && addr > lo && addr <= hi {
-            for &w in &words[from..ends[call]] {
+        if call < ends.len() && addr > lo && addr <= hi {
+            let end = ends[call] as usize;
+            for &w in &words[from..end] {
                 push(w, &mut o);
             }
-            from = ends[call];
+            from = end;
             call += 1;
         } else {
             push(addr, &mut o);
         }
     }
-    for &w in &words[from..n] {
+    for &w in &words[from..] {
         push(w, &mut o);
     }
-    Some(o)
+    o
 }
 
 #[cfg(test)]

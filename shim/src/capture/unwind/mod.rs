@@ -32,6 +32,9 @@ pub mod cfi;
 mod memo;
 pub mod rules;
 
+/// Memos per thread (`capture_memo` returns a slot below this).
+pub use memo::SLOTS as MEMO_SLOTS;
+
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::mem::MaybeUninit;
