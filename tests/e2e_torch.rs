@@ -539,6 +539,11 @@ fn expandable_segments_map_what_the_tensors_use() {
         "{verdict}"
     );
     assert_eq!(o["failure"]["site"]["line"], json!(at));
+    // What competed with it: the tensors (the segments are what was reserved around them).
+    assert_eq!(
+        (&o["live"]["kinds"], &o["live"]["count"], &o["live"]["bytes"]),
+        (&json!(["tensor"]), &json!(4), &json!(12 * MIB))
+    );
     the_kept_tensors_leak(&trace);
 }
 
