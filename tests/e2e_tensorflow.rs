@@ -13,7 +13,7 @@ mod schema;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use gpumemprof_tests::profiled::{preload, report, scratch};
+use gpumemprof_tests::profiled::{preload, report, scratch, succeeded};
 use gpumemprof_tests::tensorflow::harness;
 use gpumemprof_tests::{source_line_of, SIM_ENV};
 use serde_json::json;
@@ -33,13 +33,7 @@ fn tensorflows_bfc_allocator_is_seen_as_tensors_at_the_users_line() {
         if traced {
             preload(&mut cmd, &trace);
         }
-        let out = cmd.output().expect("run the harness");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = succeeded(&mut cmd, "the harness");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let plain = run(false);

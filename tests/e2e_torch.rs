@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Output;
 
-use gpumemprof_tests::profiled::{preload, report, scratch};
+use gpumemprof_tests::profiled::{preload, report, scratch, succeeded};
 use gpumemprof_tests::source_line_of;
 use gpumemprof_tests::torch::harness;
 use serde_json::{json, Value};
@@ -38,14 +38,7 @@ fn run_env(trace: Option<&std::path::Path>, args: &[&str], env: &[(&str, &str)])
     if let Some(t) = trace {
         preload(&mut cmd, t);
     }
-    let out = cmd.output().expect("run the harness");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    succeeded(&mut cmd, "the harness")
 }
 
 /// `summary`'s row of memory kind `kind` (device 0, the only one).
@@ -541,7 +534,11 @@ fn expandable_segments_map_what_the_tensors_use() {
     assert_eq!(o["failure"]["site"]["line"], json!(at));
     // What competed with it: the tensors (the segments are what was reserved around them).
     assert_eq!(
-        (&o["live"]["kinds"], &o["live"]["count"], &o["live"]["bytes"]),
+        (
+            &o["live"]["kinds"],
+            &o["live"]["count"],
+            &o["live"]["bytes"]
+        ),
         (&json!(["tensor"]), &json!(4), &json!(12 * MIB))
     );
     the_kept_tensors_leak(&trace);
@@ -612,13 +609,7 @@ fn pytorchs_own_function_still_runs_when_python_loads_it_locally() {
         if traced {
             preload(&mut cmd, &trace);
         }
-        let out = cmd.output().expect("run python3");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = succeeded(&mut cmd, "python3");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     assert_eq!(run(false), "200");

@@ -44,6 +44,19 @@ pub fn run_profiled(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)])
     Run { output, trace }
 }
 
+/// Runs `cmd` (`what` names it in the message) and returns its output; panics with its
+/// stderr unless it exited 0.
+pub fn succeeded(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `cmd` under the shim, its trace written to `trace`, without NVML sampling (so a test's
 /// numbers are the program's own).
 pub fn preload<'a>(cmd: &'a mut Command, trace: &Path) -> &'a mut Command {

@@ -9,7 +9,8 @@
 //! calls from a background thread can create contexts or break stream capture).
 
 use super::Family;
-use crate::sys::{diag, dl};
+use crate::sys::diag;
+use crate::sys::dl::{self, ABSENT};
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
@@ -103,9 +104,6 @@ impl Helper {
         Some(p)
     }
 }
-
-/// `Helper::ptr`'s mark of a helper the library does not have (never an address).
-const ABSENT: *mut c_void = std::ptr::dangling_mut::<c_void>();
 
 static CUDA_GET_DEVICE: Helper = Helper::new(Family::Runtime, c"cudaGetDevice");
 static CUDA_POINTER_ATTRS: Helper = Helper::new(Family::Runtime, c"cudaPointerGetAttributes");

@@ -94,8 +94,9 @@ pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void>
     (!p.is_null()).then_some(p)
 }
 
-/// `next_cached`'s mark of a name with no definition after the shim (never an address).
-const ABSENT: *mut c_void = std::ptr::dangling_mut::<c_void>();
+/// A lookup cache's mark of a name with no definition (never an address): `next_cached`'s
+/// and the device helpers' (`hooks/device.rs`).
+pub const ABSENT: *mut c_void = std::ptr::dangling_mut::<c_void>();
 
 #[cold]
 fn resolve_real(name: &CStr, slot: &AtomicPtr<c_void>) -> *mut c_void {
