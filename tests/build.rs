@@ -3,7 +3,7 @@
 //!
 //! * `sim/` -> four libraries in `$OUT_DIR/sim/`, each with its development link name beside it
 //!   (`libcuda.so -> libcuda.so.1`) so programs link with a plain `-lcuda`:
-//!   - `libcuda.so.1`, the driver (`cuda_sim.c`, `cuda_vmm.c`, `cuda_proc.c`, `cuda_extras.c` and the memory
+//!   - `libcuda.so.1`, the driver (`cuda_sim.c`, `cuda_vmm.c`, `cuda_proc.c`, `cuda_extras.c`, `cuda_modules.c` and the memory
 //!     model `sim_memory.c`, `sim_vmm.c`, `sim_tables.c`);
 //!   - `libcudart.so.12`, the runtime (`cudart_sim.c`), every `cuda*` export versioned by
 //!     `sim/libcudart.map`; it reaches the driver only by `dlopen`, found through its
@@ -62,6 +62,7 @@ const SIM_LIBRARIES: &[SimLibrary] = &[
             "sim/cuda_vmm.c",
             "sim/cuda_proc.c",
             "sim/cuda_extras.c",
+            "sim/cuda_modules.c",
             MODEL[0],
             MODEL[1],
             MODEL[2],

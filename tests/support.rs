@@ -11,6 +11,8 @@ pub mod profiled;
 pub mod running;
 pub mod tensorflow;
 pub mod torch;
+pub mod torch_job;
+pub mod torch_package;
 pub mod wheels;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,8 @@
-//! Pinned wheels from PyPI for the tests that run code we did not write (PyTorch's and
-//! TensorFlow's own allocators): downloaded once into `target/<profile>/<name>/` with pip,
-//! only the files the tests need kept, the wheels themselves deleted. A machine that cannot
-//! download them fails the test with pip's message: it never passes without running.
+//! Pinned wheels from PyPI for the tests that run code we did not write (the torch package,
+//! PyTorch's and TensorFlow's own allocators): downloaded once into `target/<profile>/<name>/`
+//! with pip, either installed whole (`installed`) or with only the files the tests need kept
+//! (`extracted`, the wheels themselves deleted). A machine that cannot download them fails the
+//! test with pip's message: it never passes without running.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,42 +13,16 @@ use crate::target_dir;
 /// start with one of `keep` extracted into the returned folder; a later call with the same
 /// pins finds them there. Concurrent test processes wait on a lock file.
 pub fn extracted(name: &str, pins: &[&str], keep: &[&str]) -> PathBuf {
-    let root = target_dir().join(name);
-    std::fs::create_dir_all(&root).expect("create the wheels folder");
-    let lock = std::fs::File::create(root.join(".lock")).expect("create the wheels lock file");
-    lock.lock().expect("lock the wheels folder");
+    let want = format!("{}\n{}", pins.join("\n"), keep.join("\n"));
+    let (root, _lock) = locked(name);
     let out = root.join("extracted");
     let marker = root.join(".extracted");
-    let want = format!("{}\n{}", pins.join("\n"), keep.join("\n"));
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
         return out;
     }
     let download = root.join("wheels");
     let _ = std::fs::remove_dir_all(&out);
-    let got = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ])
-        .args(["--only-binary=:all:", "--python-version", "3.11"])
-        .args(["--platform", "manylinux_2_28_x86_64"])
-        .args(["--platform", "manylinux_2_27_x86_64"])
-        .args(["--platform", "manylinux_2_17_x86_64", "-d"])
-        .arg(&download)
-        .args(pins)
-        .output()
-        .expect("run python3 -m pip download");
-    assert!(
-        got.status.success(),
-        "pip could not download {pins:?} into {}:\n{}{}",
-        download.display(),
-        String::from_utf8_lossy(&got.stdout),
-        String::from_utf8_lossy(&got.stderr)
-    );
+    pip("download", pins, "-d", &download);
     let extract = "import sys, zipfile\n\
                    out, keep = sys.argv[1], sys.argv[2].split('\\n')\n\
                    for w in sys.argv[3:]:\n\
@@ -76,6 +51,57 @@ pub fn extracted(name: &str, pins: &[&str], keep: &[&str]) -> PathBuf {
     let _ = std::fs::remove_dir_all(&download);
     std::fs::write(&marker, want).expect("write the wheels marker");
     out
+}
+
+/// The wheels `pins` (CPython 3.11, manylinux x86_64, no dependencies beyond the pins)
+/// installed whole into the returned folder, as `pip install --target` lays out a
+/// `site-packages` (put it on `PYTHONPATH`); a later call with the same pins finds them there.
+pub fn installed(name: &str, pins: &[&str]) -> PathBuf {
+    let want = pins.join("\n");
+    let (root, _lock) = locked(name);
+    let site = root.join("site");
+    let marker = root.join(".installed");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
+        return site;
+    }
+    let _ = std::fs::remove_dir_all(&site);
+    pip("install", pins, "--target", &site);
+    std::fs::write(&marker, want).expect("write the wheels marker");
+    site
+}
+
+/// `target/<profile>/<name>/`, created, and its lock, held until the returned file is
+/// dropped (concurrent test processes wait for each other's downloads).
+fn locked(name: &str) -> (PathBuf, std::fs::File) {
+    let root = target_dir().join(name);
+    std::fs::create_dir_all(&root).expect("create the wheels folder");
+    let lock = std::fs::File::create(root.join(".lock")).expect("create the wheels lock file");
+    lock.lock().expect("lock the wheels folder");
+    (root, lock)
+}
+
+/// `pip <verb> --no-deps <pins> <flag> <dir>` for CPython 3.11 on manylinux x86_64 wheels;
+/// panics with pip's output when it fails.
+fn pip(verb: &str, pins: &[&str], flag: &str, dir: &std::path::Path) {
+    let got = Command::new("python3")
+        .args(["-m", "pip", verb, "--quiet", "--no-deps"])
+        .args(["--disable-pip-version-check", "--no-input"])
+        .args(["--only-binary=:all:", "--python-version", "3.11"])
+        .args(["--platform", "manylinux_2_28_x86_64"])
+        .args(["--platform", "manylinux_2_27_x86_64"])
+        .args(["--platform", "manylinux_2_17_x86_64"])
+        .arg(flag)
+        .arg(dir)
+        .args(pins)
+        .output()
+        .expect("run python3 -m pip");
+    assert!(
+        got.status.success(),
+        "pip could not {verb} {pins:?} into {}:\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&got.stderr)
+    );
 }
 
 /// Runs a build step of a harness; panics with its stderr, naming `what`, if it fails.

@@ -227,6 +227,19 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Whether device `dev`'s primary context exists (it is never released here), with flags 0. */
+SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    BEGIN();
+    if (flags == NULL || active == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cuda_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = sim_context_exists(&cuda_mem, dev);
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     BEGIN();

@@ -55,6 +55,24 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     prop->integrated = 0;
     prop->unifiedAddressing = 1;
     prop->pciDeviceID = device;
+    /* What the torch package's kernels size their launches by (an H100's figures). */
+    prop->regsPerBlock = 65536;
+    prop->regsPerMultiprocessor = 65536;
+    prop->maxThreadsPerMultiProcessor = 2048;
+    prop->maxBlocksPerMultiProcessor = 32;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647;
+    prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+    prop->sharedMemPerMultiprocessor = 228 << 10;
+    prop->totalConstMem = 64 << 10;
+    prop->memPitch = 2147483647;
+    prop->textureAlignment = 512;
+    prop->concurrentKernels = 1;
+    prop->asyncEngineCount = 2;
+    prop->managedMemory = 1;
+    prop->memoryPoolsSupported = 1;
+    prop->cooperativeLaunch = 1;
     return cudaSuccess;
 }
 

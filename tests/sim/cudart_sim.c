@@ -55,7 +55,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifndef SIM_VERSION
 #define SIM_VERSION 12040 /* the runtime's version; it asks the driver for this ABI */
+#endif
 #define ROUNDING 512      /* the driver's pitch alignment (cuMemAllocPitch_v2) */
 #define PITCH_ELEMENT 4   /* element size passed to cuMemAllocPitch_v2 */
 

@@ -1,0 +1,90 @@
+"""A small PyTorch training loop with the commonest leak, run by the tests on the unmodified torch
+package and the simulated GPU (tests/torch_package.rs).
+
+    torch_train.py STEPS [--snapshot PATH]
+
+An MLP (nn.Module) trained with Adam for STEPS steps on random batches; each step keeps its output
+in a module-level list "for logging", so one activation per step stays live until the interpreter
+exits. After each step one JSON line gives what PyTorch itself says (torch.cuda.memory_stats())
+and the CLOCK_MONOTONIC time it was read at; with --snapshot, PyTorch's own recorder runs from the
+start and its snapshot is dumped to PATH after the last step (the line "snapshot" says when).
+"""
+
+import json
+import sys
+import time
+
+import torch
+from torch import nn
+
+BATCH, IN, HIDDEN, OUT = 64, 256, 512, 128
+
+# What the loop keeps for logging: grows by one activation per step, freed only at exit.
+history = []
+
+STATS = (
+    "allocated_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "reserved_bytes.all.current",
+    "reserved_bytes.all.peak",
+    "allocation.all.allocated",
+    "allocation.all.freed",
+    "allocation.all.current",
+    "segment.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(IN, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, OUT),
+        )
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def report(event, **fields):
+    stats = torch.cuda.memory_stats()
+    line = {"event": event, "time_ns": time.monotonic_ns(), **fields}
+    line["stats"] = {k: stats.get(k, 0) for k in STATS}
+    print(json.dumps(line), flush=True)
+
+
+def train_step(model, opt, batch):
+    out = model(batch)
+    loss = out.pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    history.append(out.detach())  # LEAK: one activation per step, kept for logging
+    return loss
+
+
+def main():
+    steps = int(sys.argv[1])
+    snapshot = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--snapshot" else None
+    if snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+    torch.manual_seed(0)
+    model = MLP().cuda()  # PARAMETERS
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for step in range(steps):
+        batch = torch.randn(BATCH, IN, device="cuda")  # BATCH
+        train_step(model, opt, batch)
+        report("step", step=step)
+    if snapshot:
+        report("snapshot")
+        torch.cuda.memory._dump_snapshot(snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+if __name__ == "__main__":
+    main()

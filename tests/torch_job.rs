@@ -1,0 +1,96 @@
+//! Running a Python program of `tests/programs` on the torch package (see `torch_package`),
+//! with or without the shim, and reading what it says: each line it prints that is a JSON
+//! object (the programs print what PyTorch itself reports, `torch.cuda.memory_stats()` and
+//! the time it was read), and PyTorch's own snapshot pickles as JSON.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::profiled::{preload, succeeded};
+use crate::torch_package::package;
+
+/// One run of a program on the torch package.
+pub struct Job {
+    pub output: Output,
+    /// The trace, when it ran under the shim.
+    pub trace: Option<PathBuf>,
+    /// Its JSON lines, in order.
+    pub lines: Vec<Value>,
+}
+
+impl Job {
+    /// `tests/programs/<script> args` with `env` added, under the shim when `trace` is
+    /// given (no NVML sampling: `profiled::preload`); panics with its stderr unless it
+    /// exited 0.
+    pub fn run(script: &str, args: &[&str], env: &[(&str, &str)], trace: Option<&Path>) -> Job {
+        let mut cmd = package().script(script, args);
+        cmd.envs(env.iter().copied());
+        if let Some(t) = trace {
+            preload(&mut cmd, t);
+        }
+        let output = succeeded(&mut cmd, script);
+        let lines = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{script}: {l}: {e}")))
+            .collect();
+        Job {
+            output,
+            trace: trace.map(Path::to_path_buf),
+            lines,
+        }
+    }
+
+    /// The lines whose `event` is `event`.
+    pub fn events<'a>(&'a self, event: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.lines.iter().filter(move |l| l["event"] == event)
+    }
+
+    /// The one line whose `event` is `event`.
+    pub fn event(&self, event: &str) -> &Value {
+        let found: Vec<&Value> = self.lines.iter().filter(|l| l["event"] == event).collect();
+        assert_eq!(found.len(), 1, "one {event} line in {:?}", self.lines);
+        found[0]
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+}
+
+/// A line's `stats.<key>` (a `torch.cuda.memory_stats()` figure).
+pub fn stat(line: &Value, key: &str) -> u64 {
+    line["stats"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no stats.{key} in {line}"))
+}
+
+/// A line's time (`time_ns`, CLOCK_MONOTONIC) in seconds since `trace` started, as the
+/// analyzer's `--at`/`--to` take it.
+pub fn trace_seconds(trace: &Path, line: &Value) -> String {
+    let reader =
+        gpumemprof_format::open_path(trace).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+    let start = reader.header()["start_monotonic_ns"]
+        .as_u64()
+        .expect("the header's start_monotonic_ns");
+    let at = line["time_ns"].as_u64().expect("time_ns");
+    let since = at
+        .checked_sub(start)
+        .expect("the line is after the trace started");
+    format!("{}.{:09}", since / 1_000_000_000, since % 1_000_000_000)
+}
+
+/// A pickle of PyTorch's memory snapshot (`_dump_snapshot`, or our torch-snapshot export),
+/// read with CPython's `pickle`, as JSON.
+pub fn snapshot_json(pickle: &Path) -> Value {
+    let out = succeeded(
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg("import json, pickle, sys\nprint(json.dumps(pickle.load(open(sys.argv[1], 'rb')), default=str))")
+            .arg(pickle),
+        "python3 reading a snapshot pickle",
+    );
+    serde_json::from_slice(&out.stdout).expect("the snapshot as JSON")
+}
