@@ -20,6 +20,8 @@ use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 const SCRIPT: &str = "tests/programs/py_frames.py";
+/// How reports name it: relative to the test's working directory (`tests/`).
+const SCRIPT_NAME: &str = "programs/py_frames.py";
 
 /// Every CPython 3.9 to 3.13 found, as (minor version, interpreter path), one per version.
 fn interpreters() -> BTreeMap<u32, PathBuf> {
@@ -213,7 +215,7 @@ fn leaks_name_the_python_function_and_line_on_every_version() {
         // The thread's own frames only (then threading.py's): none of the main thread's.
         let threaded = by_bytes(2 * MIB);
         assert_eq!(
-            python_frames_in(threaded, SCRIPT),
+            python_frames_in(threaded, SCRIPT_NAME),
             vec![format!("malloc:{malloc}"), format!("worker:{thread}")],
             "3.{minor}"
         );
@@ -244,7 +246,7 @@ fn leaks_name_the_python_function_and_line_on_every_version() {
             let twin = by_bytes(3 * size);
             assert_eq!(twin["count"], 3, "3.{minor}: {twin}");
             assert_eq!(
-                python_frames_in(twin, SCRIPT)[..2],
+                python_frames_in(twin, SCRIPT_NAME)[..2],
                 [
                     format!("malloc:{malloc}"),
                     format!("twins:{}", line(marker))

@@ -1,7 +1,8 @@
 //! End to end on the real thing: the unmodified torch package (see `torch_package`) trains an
 //! MLP with Adam on the simulated GPU (`tests/programs/torch_train.py`) under the shim, and
 //! what gpumemprof says must be what PyTorch says: `torch.cuda.memory_stats()` after every
-//! step, and PyTorch's own snapshot (`_dump_snapshot`) of the same run.
+//! step, and PyTorch's own snapshot (`_dump_snapshot`) of the same run; and what it shows
+//! must read in PyTorch's terms: the leak a normal exit hides, stacks of ops and lines.
 
 use std::path::Path;
 
@@ -140,5 +141,144 @@ fn every_step_agrees_with_torch_memory_stats_and_pytorchs_own_snapshot() {
     assert_eq!(
         tensors["peak_bytes"].as_u64(),
         Some(stat(last, "allocated_bytes.all.peak"))
+    );
+}
+
+/// The function names of a report's frames, with their files where they have one.
+fn frames(group: &Value) -> Vec<String> {
+    group["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|f| {
+            match (
+                f["function"].as_str(),
+                f["file"].as_str(),
+                f["line"].as_u64(),
+            ) {
+                (Some(name), Some(file), Some(line)) => format!("{name} at {file}:{line}"),
+                (Some(name), _, _) => name.to_owned(),
+                _ => format!("{f}"),
+            }
+        })
+        .collect()
+}
+
+/// The leak the loop has (one activation per step kept in a module-level list) is freed by
+/// the interpreter's teardown at exit: `leaks` still lists it, and only it, at the line that
+/// made the activation, read as a PyTorch user reads a stack.
+#[test]
+fn leaks_at_a_normal_exit_are_what_the_program_kept_until_its_end() {
+    let dir = scratch("torch_train_leaks");
+    let trace = dir.join("train.trace");
+    let job = Job::run("torch_train.py", &[STEPS], &[], Some(&trace));
+    let leaks = report("leaks", &trace, &[]);
+    // 4 steps: 4 outputs of 64 x 128 float32, 32 KiB each.
+    assert_eq!(leaks["total_count"], 4);
+    assert_eq!(leaks["total_bytes"], 4 * 32768);
+    assert_eq!(leaks["level"], "tensors");
+    let teardown = &leaks["teardown"];
+    assert_eq!(teardown["function"], "Py_FinalizeEx");
+    assert_eq!(teardown["freed_count"], 4);
+    assert_eq!(teardown["freed_bytes"], 4 * 32768);
+    // After the last step's report, before the process ended.
+    let last_step = job.events("step").last().expect("a step line");
+    let since: f64 = trace_seconds(&trace, last_step).parse().expect("seconds");
+    assert!(teardown["start_ns"].as_f64().expect("start_ns") > since * 1e9);
+    let groups = leaks["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 1);
+    let g = &groups[0];
+    assert_eq!(
+        (g["count"].as_u64(), g["freed_at_exit_count"].as_u64()),
+        (Some(4), Some(4))
+    );
+    let forward =
+        gpumemprof_tests::source_line_of("tests/programs/torch_train.py", "return self.layers(x)");
+    let step =
+        gpumemprof_tests::source_line_of("tests/programs/torch_train.py", "out = model(batch)");
+    assert_eq!(
+        frames(g),
+        vec![
+            "aten::addmm".to_owned(),
+            "aten::linear".to_owned(),
+            "Linear.forward at torch/nn/modules/linear.py:134".to_owned(),
+            "Sequential.forward at torch/nn/modules/container.py:259".to_owned(),
+            format!("MLP.forward at tests/programs/torch_train.py:{forward}"),
+            format!("train_step at tests/programs/torch_train.py:{step}"),
+            format!(
+                "main at tests/programs/torch_train.py:{}",
+                gpumemprof_tests::source_line_of(
+                    "tests/programs/torch_train.py",
+                    "        train_step(model, opt, batch)"
+                )
+            ),
+            format!(
+                "<module> at tests/programs/torch_train.py:{}",
+                gpumemprof_tests::source_line_of("tests/programs/torch_train.py", "    main()")
+            ),
+        ]
+    );
+    assert_eq!(g["site"]["function"], "MLP.forward");
+    assert_eq!(g["frames"][0]["role"], "op");
+    // The text says it in words.
+    let text = gpumemprof_tests::profiled::report_text("leaks", &trace, &[]);
+    assert!(
+        text.contains("128.0 KiB (131072 B) in 4 tensors live when the program's code finished")
+            && text.contains("freed only by the interpreter's teardown (Py_FinalizeEx) at exit"),
+        "{text}"
+    );
+}
+
+/// At the peak, every stack reads as a PyTorch user reads it: no allocator, dispatcher or
+/// interpreter frame, short names, package-relative paths; the optimizer's state at Adam's
+/// own lines, and the backward pass's tensors at their autograd nodes.
+#[test]
+fn stacks_at_the_peak_read_in_pytorchs_terms() {
+    let dir = scratch("torch_train_stacks");
+    let trace = dir.join("train.trace");
+    Job::run("torch_train.py", &[STEPS], &[], Some(&trace));
+    let peak = report("peak", &trace, &["--top", "0"]);
+    let sites = peak["peaks"][0]["sites"].as_array().expect("sites");
+    assert_eq!(peak["peaks"][0]["kind"], "tensor");
+    let all: Vec<Vec<String>> = sites.iter().map(frames).collect();
+    for f in all.iter().flatten() {
+        assert!(
+            f.len() <= 200 && !f.contains("c10::") && !f.contains("_PyEval"),
+            "{f}"
+        );
+        assert!(
+            !f.contains("/site-packages/") && !f.contains("libc.so"),
+            "{f}"
+        );
+    }
+    let step = gpumemprof_tests::source_line_of("tests/programs/torch_train.py", "opt.step()");
+    let adam = |line: u32| {
+        vec![
+            "aten::zeros_like".to_owned(),
+            format!("Adam._init_group at torch/optim/adam.py:{line}"),
+            "Adam.step at torch/optim/adam.py:239".to_owned(),
+            format!("train_step at tests/programs/torch_train.py:{step}"),
+        ]
+    };
+    // exp_avg and exp_avg_sq: one tensor per parameter (6 parameters), 1,839,616 bytes.
+    for line in [179, 183] {
+        let want = adam(line);
+        let site = sites
+            .iter()
+            .find(|s| frames(s).starts_with(&want))
+            .unwrap_or_else(|| panic!("no site {want:?} in {all:#?}"));
+        assert_eq!(
+            (site["bytes"].as_u64(), site["count"].as_u64()),
+            (Some(1839616), Some(6))
+        );
+    }
+    // cuBLAS's workspace, made by the first matrix product of the backward pass.
+    assert!(
+        all.contains(&vec![
+            "cuBLAS workspace".to_owned(),
+            "aten::mm".to_owned(),
+            "AddmmBackward0".to_owned()
+        ]),
+        "{all:#?}"
     );
 }

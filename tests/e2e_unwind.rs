@@ -105,7 +105,8 @@ fn fast_stacks_without_frame_pointers_name_every_function_in_order() {
         &[("GPUMEMPROF_UNWIND", "fast")],
     );
     assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
-    let leaks = report("leaks", &run.trace, &["--frames", "0"]);
+    // --native: every frame down to the C library's start code (shown by default without it).
+    let leaks = report("leaks", &run.trace, &["--frames", "0", "--native"]);
     let groups = leaks["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 1, "{groups:#?}");
     let frames = groups[0]["frames"].as_array().unwrap();

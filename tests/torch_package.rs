@@ -1,6 +1,6 @@
 //! The whole, unmodified torch package on the simulated GPU (REFERENCE.md section 12): the
 //! pinned torch wheel and its pure-Python dependencies installed into `target/<profile>/
-//! torch-package/site`, and a stand-in for every NVIDIA library its `torch/lib/*.so` link,
+//! torch-package/site-packages`, and a stand-in for every NVIDIA library its `torch/lib/*.so` link,
 //! generated from the wheel's own imports by `tests/torch/standins.py` (the simulated runtime
 //! `libcudart.so.13` among them, compiled against NVIDIA's CUDA 13 headers so `cudaDeviceProp`
 //! has the real layout), with the simulated driver and NVML beside them.

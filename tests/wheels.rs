@@ -54,14 +54,15 @@ pub fn extracted(name: &str, pins: &[&str], keep: &[&str]) -> PathBuf {
 }
 
 /// The wheels `pins` (CPython 3.11, manylinux x86_64, no dependencies beyond the pins)
-/// installed whole into the returned folder, as `pip install --target` lays out a
-/// `site-packages` (put it on `PYTHONPATH`); a later call with the same pins finds them there.
+/// installed whole into the returned folder, `target/<profile>/<name>/site-packages` (put it
+/// on `PYTHONPATH`; named as a virtual environment names it, so paths in reports read as a
+/// user's do); a later call with the same pins finds them there.
 pub fn installed(name: &str, pins: &[&str]) -> PathBuf {
     let want = pins.join("\n");
     let (root, _lock) = locked(name);
-    let site = root.join("site");
+    let site = root.join("site-packages");
     let marker = root.join(".installed");
-    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
+    if site.is_dir() && std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
         return site;
     }
     let _ = std::fs::remove_dir_all(&site);

@@ -1,9 +1,12 @@
 //! C++ function names as reports show them: without their parameter lists and trailing
 //! qualifiers unless `--full-names` (`c10::cuda::CUDACachingAllocator::Native::
 //! DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)` reads
-//! `c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc`). Template
-//! arguments stay: they often say which instance it is. Names that are not C++ (C
-//! functions, Python's qualified names) have no parameter list and are unchanged.
+//! `c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc`), and at most
+//! `MAX_NAME` characters: template arguments stay where the name fits (they often say which
+//! instance it is), else they read `<…>` (PyTorch's dispatcher wrappers are over 1,000
+//! characters: `c10::impl::wrap_kernel_functor_unboxed_<…>::call`); a name still too long
+//! keeps its start and its last component. Names that are not C++ (C functions, Python's
+//! qualified names) have no parameter list and are unchanged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -14,15 +17,63 @@ pub fn set_full(full: bool) {
     FULL.store(full, Ordering::Relaxed);
 }
 
+/// The longest name reports show without `--full-names`, in characters.
+pub const MAX_NAME: usize = 120;
+
 /// `name` as reports show it (see the module comment).
 pub fn shown(name: String) -> String {
     if FULL.load(Ordering::Relaxed) {
         return name;
     }
-    match params_start(&name) {
+    let name = match params_start(&name) {
         Some(at) if at > 0 => name[..at].to_string(),
         _ => name,
+    };
+    if name.chars().count() <= MAX_NAME {
+        return name;
     }
+    let elided = elide_templates(&name);
+    if elided.chars().count() <= MAX_NAME {
+        return elided;
+    }
+    // Keep the last component whole (the function), and as much of the start as fits.
+    let last = match elided.rfind("::") {
+        Some(at) if elided.len() - at < MAX_NAME / 2 => &elided[at..],
+        _ => "",
+    };
+    let room = MAX_NAME - 1 - last.chars().count();
+    let start: String = elided.chars().take(room).collect();
+    format!("{start}…{last}")
+}
+
+/// `name` with every outermost template argument list read as `<…>`.
+fn elide_templates(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut depth = 0usize;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' if !is_operator(&name[..i]) => {
+                if depth == 0 {
+                    out.push_str("<…");
+                }
+                depth += 1;
+            }
+            '>' if depth > 0 && !name[..i].ends_with("operator-") => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push('>');
+                }
+            }
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether a `<` after `before` is part of `operator<` or `operator<<`, not a bracket.
+fn is_operator(before: &str) -> bool {
+    before.ends_with("operator") || before.ends_with("operator<")
 }
 
 /// Where the parameter list of a demangled C++ name starts: the first `(` outside
@@ -34,9 +85,7 @@ fn params_start(name: &str) -> Option<usize> {
     while i < b.len() {
         match b[i] {
             // `operator<` and `operator<<` are names, not template brackets.
-            b'<' if !name[..i].ends_with("operator") && !name[..i].ends_with("operator<") => {
-                angle += 1
-            }
+            b'<' if !is_operator(&name[..i]) => angle += 1,
             b'>' if angle > 0 && !name[..i].ends_with("operator-") => angle -= 1,
             b'(' if angle == 0 => {
                 let rest = &name[i..];
@@ -92,5 +141,36 @@ mod tests {
         assert_eq!(short("keep_activations"), "keep_activations");
         assert_eq!(short("Model.forward"), "Model.forward");
         assert_eq!(short("<lambda>"), "<lambda>");
+    }
+
+    #[test]
+    fn long_names_lose_their_template_arguments_first() {
+        // PyTorch's dispatcher wrapper, as the symbolizer demangles it (1,100 characters).
+        let args = "c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>";
+        let wrapper = format!(
+            "c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<at::Tensor ({args}), &at::(anonymous namespace)::randn>, at::Tensor, c10::guts::typelist::typelist<{args}> >, at::Tensor ({args})>::call(c10::OperatorKernel*, c10::DispatchKeySet, {args})"
+        );
+        assert_eq!(
+            shown(wrapper),
+            "c10::impl::wrap_kernel_functor_unboxed_<…>::call"
+        );
+        // Short enough: templates stay.
+        let vector =
+            "std::vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back";
+        assert_eq!(shown(vector.to_string()), vector);
+        // Too long even without them: the start and the function.
+        let deep = format!("{}::run", "namespace_number_one::".repeat(8));
+        let got = shown(deep);
+        assert_eq!(got.chars().count(), MAX_NAME);
+        assert!(
+            got.starts_with("namespace_number_one::namespace_number_one::"),
+            "{got}"
+        );
+        assert!(got.ends_with("…::run"), "{got}");
+        assert_eq!(elide_templates("a<b<c>>::operator<<"), "a<…>::operator<<");
+        assert_eq!(
+            elide_templates("f<x>::operator-><y>"),
+            "f<…>::operator-><…>"
+        );
     }
 }

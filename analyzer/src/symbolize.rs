@@ -17,6 +17,7 @@ use gpumemprof_format::{as_python_frame, Module, PyCode};
 use serde::Serialize;
 
 use crate::replay::StackInfo;
+use crate::source_paths;
 
 /// One reported frame. Inlined calls expand into several frames for the same address,
 /// innermost first; only the last of them (the function the code is in) has
@@ -39,6 +40,11 @@ pub struct Frame {
     /// Return address minus the module's load bias, for `module+0xoffset` in text.
     #[serde(skip)]
     pub offset: Option<u64>,
+    /// A framework frame shown under a name of its own (`torch_frames`): `op`
+    /// (`aten::addmm`), `autograd_node` (`AddmmBackward0`) or `workspace` (`cuBLAS
+    /// workspace`); absent for every other frame and with `--native`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
 }
 
 impl Frame {
@@ -52,6 +58,7 @@ impl Frame {
             inlined: false,
             offset: module.map(|m| address.wrapping_sub(m.bias)),
             python: false,
+            role: None,
         }
     }
 
@@ -67,12 +74,16 @@ impl Frame {
             inlined: false,
             offset: None,
             python: true,
+            role: None,
         }
     }
 
     /// `function at file:line`, else `function (module+0xoffset)`, else `module+0xoffset`,
-    /// else the bare address.
+    /// else the bare address; a framework frame with a role only its name (`aten::addmm`).
     pub fn describe(&self) -> String {
+        if let (Some(_), Some(name)) = (self.role, &self.function) {
+            return name.clone();
+        }
         let place = match (&self.module, self.offset) {
             (Some(m), Some(off)) => {
                 let name = Path::new(m).file_name().map_or(m.as_str(), |n| {
@@ -171,9 +182,30 @@ pub struct Symbolizer<'a> {
     cache: HashMap<(u64, usize), Vec<Frame>>,
     distrusted: HashSet<String>,
     warnings: Vec<String>,
+    /// The profiled process's working directory (the header's `cwd`), for `source_paths`.
+    cwd: Option<String>,
 }
 
 impl<'a> Symbolizer<'a> {
+    /// The symbolizer of a loaded trace: its modules, stacks and Python code, and its
+    /// process's working directory.
+    pub fn of(loaded: &'a crate::replay::Loaded) -> Self {
+        let r = &loaded.replayed;
+        Symbolizer::new(&r.modules, &r.stacks, &r.python).in_dir(
+            loaded
+                .header
+                .get("cwd")
+                .and_then(|c| c.as_str())
+                .map(str::to_owned),
+        )
+    }
+
+    /// Source paths under `cwd` are shown relative to it (`source_paths`).
+    pub fn in_dir(mut self, cwd: Option<String>) -> Self {
+        self.cwd = cwd;
+        self
+    }
+
     /// `python`: the trace's Python code objects, which Python frames in `stacks` name
     /// (`Replayed::python`).
     pub fn new(
@@ -189,6 +221,7 @@ impl<'a> Symbolizer<'a> {
             cache: HashMap::new(),
             distrusted: HashSet::new(),
             warnings: Vec::new(),
+            cwd: None,
         }
     }
 
@@ -199,20 +232,21 @@ impl<'a> Symbolizer<'a> {
 
     /// The frames of stack `id`, innermost first: at most `max` native frames (0: all)
     /// and every Python frame (what the user wrote is never cut off by the frames of the
-    /// libraries it calls). A stack with Python frames is shown Python first unless
-    /// `--native` (see `glue`): the native frames above the innermost Python frame that
-    /// are not interpreter or binding glue, then the Python frames. Unknown ids (0 = no
-    /// stack captured) give no frames.
+    /// libraries it calls). Unless `--native`, a stack is shown as its user reads it: with
+    /// Python frames, Python first (see `glue`): the native frames above the innermost
+    /// Python frame that are not interpreter or binding glue, then the Python frames; and
+    /// PyTorch's own frames as `torch_frames` says (ops, autograd nodes and workspaces by
+    /// name, the rest hidden), without the start-up frames below everything. Unknown ids
+    /// (0 = no stack captured) give no frames.
     pub fn stack(&mut self, id: u64, max: usize) -> Vec<Frame> {
         let stacks = self.stacks;
         let Some(info) = stacks.get(&id) else {
             return Vec::new();
         };
         let limit = if max == 0 { usize::MAX } else { max };
-        let python_first = crate::glue::python_first()
-            && info.frames.iter().any(|&a| as_python_frame(a).is_some());
+        let as_read = crate::glue::python_first();
+        let python_first = as_read && info.frames.iter().any(|&a| as_python_frame(a).is_some());
         let mut out = Vec::new();
-        let mut native = 0usize;
         let mut seen_python = false;
         for &address in &info.frames {
             if as_python_frame(address).is_some() {
@@ -221,19 +255,44 @@ impl<'a> Symbolizer<'a> {
                 continue;
             }
             // Under the innermost Python frame, the native frames run the interpreter.
-            if native >= limit || (python_first && seen_python) {
+            if python_first && seen_python {
                 continue;
             }
             for f in self.address(address, info.first_use_ns) {
-                let glue = python_first
-                    && crate::glue::is_glue(f.module.as_deref(), f.function.as_deref());
-                if native < limit && !glue {
+                if !(python_first
+                    && crate::glue::is_glue(f.module.as_deref(), f.function.as_deref()))
+                {
                     out.push(f);
-                    native += 1;
                 }
             }
         }
+        if as_read {
+            out = readable(out);
+        }
+        let mut native = 0usize;
+        out.retain(|f| {
+            if f.python {
+                return true;
+            }
+            native += 1;
+            native <= limit
+        });
         out
+    }
+
+    /// The function names of stack `id`'s native frames, innermost first, inlined calls
+    /// included, none left out (for what a stack ran through, not for showing it).
+    pub fn functions(&mut self, id: u64) -> Vec<String> {
+        let stacks = self.stacks;
+        let Some(info) = stacks.get(&id) else {
+            return Vec::new();
+        };
+        info.frames
+            .iter()
+            .filter(|&&a| as_python_frame(a).is_none())
+            .flat_map(|&a| self.address(a, info.first_use_ns))
+            .filter_map(|f| f.function)
+            .collect()
     }
 
     /// The module record covering `address`: if several (a range reused after dlclose),
@@ -259,7 +318,11 @@ impl<'a> Symbolizer<'a> {
 
     fn address(&mut self, address: u64, when: Option<u64>) -> Vec<Frame> {
         if let Some((code, line)) = as_python_frame(address) {
-            return vec![Frame::python(address, self.python.get(&code), line)];
+            let mut frame = Frame::python(address, self.python.get(&code), line);
+            frame.file = frame
+                .file
+                .map(|f| source_paths::shown(&f, self.cwd.as_deref()));
+            return vec![frame];
         }
         let modules = self.modules;
         let Some(index) = self.module_for(address, when) else {
@@ -291,6 +354,9 @@ impl<'a> Symbolizer<'a> {
             .into_iter()
             .map(|mut f| {
                 f.function = f.function.map(crate::cxx_names::shown);
+                f.file = f
+                    .file
+                    .map(|file| source_paths::shown(&file, self.cwd.as_deref()));
                 f
             })
             .collect();
@@ -323,6 +389,55 @@ impl<'a> Symbolizer<'a> {
             .get_or_init(|| Loader::new(&module.path).ok())
             .as_ref()
     }
+}
+
+/// `frames` (innermost first) as a PyTorch user reads them (`torch_frames`): PyTorch's
+/// frames under their names or left out, an allocation op only when no other op made the
+/// tensor, a name repeated by consecutive frames once, and no start-up frames at the bottom.
+fn readable(frames: Vec<Frame>) -> Vec<Frame> {
+    use crate::torch_frames::{self as torch, Shown};
+    let mut out: Vec<Frame> = Vec::with_capacity(frames.len());
+    for mut f in frames {
+        let shown = if f.python {
+            torch::python(
+                f.file.as_deref().unwrap_or(""),
+                f.function.as_deref().unwrap_or(""),
+            )
+        } else {
+            torch::native(f.module.as_deref(), f.function.as_deref())
+        };
+        match shown {
+            Shown::Keep => {}
+            Shown::Hide => continue,
+            Shown::Named(role, name) => {
+                f.function = Some(name);
+                f.role = Some(role);
+                f.file = None;
+                f.line = None;
+                f.inlined = false;
+            }
+        }
+        let repeated = out
+            .last()
+            .is_some_and(|p| p.role.is_some() && p.role == f.role && p.function == f.function);
+        if !repeated {
+            out.push(f);
+        }
+    }
+    let is_op = |f: &Frame| f.role == Some("op");
+    let made_by_another = out
+        .iter()
+        .any(|f| is_op(f) && !torch::allocation_op(f.function.as_deref().unwrap_or("")));
+    if made_by_another {
+        out.retain(|f| !(is_op(f) && torch::allocation_op(f.function.as_deref().unwrap_or(""))));
+    }
+    while out
+        .last()
+        .is_some_and(|f| !f.python && torch::start_up(f.module.as_deref(), f.function.as_deref()))
+    {
+        out.pop();
+    }
+    out
 }
 
 /// Symbolizes one return address in a trusted file.

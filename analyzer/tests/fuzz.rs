@@ -204,7 +204,15 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         &peak::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None)),
         peak::write_text,
     );
-    let leaks = leaks::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
+    let leaks = leaks::build(
+        trace.clone(),
+        r,
+        &mut sym,
+        0,
+        0,
+        MemoryLevel::of(r, None),
+        None,
+    );
     render(&leaks, leaks::write_text);
     // `--by range` of the three.
     let mut s = summary::build(trace.clone(), r);
@@ -213,7 +221,15 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     let mut p = peak::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
     p.by_range = Some(by_range::peak(r, 0));
     render(&p, peak::write_text);
-    let mut l = leaks::build(trace.clone(), r, &mut sym, 0, 0, MemoryLevel::of(r, None));
+    let mut l = leaks::build(
+        trace.clone(),
+        r,
+        &mut sym,
+        0,
+        0,
+        MemoryLevel::of(r, None),
+        None,
+    );
     l.by_range = Some(by_range::leaks(r, 0));
     render(&l, leaks::write_text);
     let analyzed = analyze::build(trace.clone(), r, analysis, &mut sym, 0, None);
@@ -223,7 +239,14 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         info::write_trace_text,
     );
     for by in [diff::SiteKey::Line, diff::SiteKey::Function] {
-        let (d, _) = diff::build((trace.clone(), r), (trace.clone(), r), by, 0, true, None);
+        let (d, _) = diff::build(
+            (trace.clone(), &loaded),
+            (trace.clone(), &loaded),
+            by,
+            0,
+            true,
+            None,
+        );
         render(&d, diff::write_text);
     }
     oom_report(&loaded, bytes, opts);

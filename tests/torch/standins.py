@@ -2,7 +2,7 @@
 """Builds the stand-ins for every NVIDIA library the torch package links, so that the unmodified
 `torch` wheel imports, and trains, on the simulated GPU (REFERENCE.md section 12).
 
-    standins.py TORCH_LIB SIM_DIR CU13_INCLUDE OUT
+    standins.py TORCH_LIB SIM_DIR CU13_INCLUDE OUT [SIM_OUT]
 
 TORCH_LIB is the wheel's torch/lib, SIM_DIR the repository's tests/sim, CU13_INCLUDE NVIDIA's
 CUDA 13 headers (nvidia/cu13/include), OUT the folder the libraries are written to.
@@ -19,7 +19,7 @@ NCCL's communicators). A weak stub whose name says it creates a handle (`cublasC
 `cudnnCreateTensorDescriptor`, ...) writes a fresh non-null handle to its first argument, as the
 real ones do: torch checks them.
 
-The simulated driver and NVML are copied beside them from SIM_OUT when it is given (the
+The simulated driver and NVML are copied beside them from SIM_OUT (the build's sim/) when given (the
 runtime dlopens libcuda.so.1 through its $ORIGIN run path).
 """
 

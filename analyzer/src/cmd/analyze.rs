@@ -26,7 +26,7 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     let loaded = crate::input::load_observed(&args.trace, &mut [&mut analysis])?;
     let r = &loaded.replayed;
     let oom = super::oom::explain(&args.trace, r, args.frames)?;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let mut sym = Symbolizer::of(&loaded);
     let report = build(
         TraceInfo::new(&args.trace, &loaded),
         r,

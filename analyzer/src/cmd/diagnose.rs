@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::nvml::{self, NvmlInfo};
 use crate::report::analyze::{self, Analysis};
 use crate::report::level::MemoryLevel;
+use crate::report::teardown::{ExitTail, Teardown};
 use crate::report::{leaks, peak, summary, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::Symbolizer;
 use crate::term;
@@ -237,10 +238,12 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     prepare(dir, force)?;
     let mut analysis = Analysis::new();
     let mut counter = ApiCounter::new();
-    let loaded = crate::input::load_observed(trace, &mut [&mut analysis, &mut counter])?;
+    let mut tail = ExitTail::default();
+    let loaded = crate::input::load_observed(trace, &mut [&mut analysis, &mut counter, &mut tail])?;
     let r = &loaded.replayed;
     let info_of = || TraceInfo::new(trace, &loaded);
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let mut sym = Symbolizer::of(&loaded);
+    let teardown = Teardown::find(&tail, &mut sym);
     let mut bundle = Bundle {
         dir: dir.to_owned(),
         force,
@@ -257,7 +260,15 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     bundle.write_json(
         "leaks.json",
         "leaks",
-        &leaks::build(info_of(), r, &mut sym, 0, frames, MemoryLevel::of(r, None)),
+        &leaks::build(
+            info_of(),
+            r,
+            &mut sym,
+            0,
+            frames,
+            MemoryLevel::of(r, None),
+            teardown.as_ref(),
+        ),
     )?;
     let oom = super::oom::explain(trace, r, frames)?;
     if let Some(oom) = &oom {

@@ -16,7 +16,7 @@ use clap::ValueEnum;
 use gpumemprof_format::MemKind;
 use serde::Serialize;
 
-use crate::replay::{has_tensors, MemoryLevel, Replayed};
+use crate::replay::{has_tensors, Loaded, MemoryLevel};
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::term::{BAD, BOLD, GOOD};
@@ -176,8 +176,14 @@ impl Sites {
 }
 
 /// Every site of one trace: at the peaks and live at the end.
-fn sides(r: &Replayed, by: SiteKey, frames: usize, level: MemoryLevel) -> (SiteMap, Vec<String>) {
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+fn sides(
+    loaded: &Loaded,
+    by: SiteKey,
+    frames: usize,
+    level: MemoryLevel,
+) -> (SiteMap, Vec<String>) {
+    let r = &loaded.replayed;
+    let mut sym = Symbolizer::of(loaded);
     let mut all = Sites::default();
     for row in r.rows.iter().filter(|row| level.counts(row.kind)) {
         for site in &row.peak_sites {
@@ -200,18 +206,20 @@ fn sides(r: &Replayed, by: SiteKey, frames: usize, level: MemoryLevel) -> (SiteM
 /// `all`: list unchanged sites too; `level`: asked for, else tensors when both traces have
 /// them. Returns the report and the symbolizer's warnings.
 pub fn build(
-    before: (TraceInfo, &Replayed),
-    after: (TraceInfo, &Replayed),
+    before: (TraceInfo, &Loaded),
+    after: (TraceInfo, &Loaded),
     by: SiteKey,
     frames: usize,
     all: bool,
     level: Option<MemoryLevel>,
 ) -> (DiffReport, Vec<String>) {
-    let level = level.unwrap_or(if has_tensors(before.1) && has_tensors(after.1) {
-        MemoryLevel::Tensors
-    } else {
-        MemoryLevel::Segments
-    });
+    let level = level.unwrap_or(
+        if has_tensors(&before.1.replayed) && has_tensors(&after.1.replayed) {
+            MemoryLevel::Tensors
+        } else {
+            MemoryLevel::Segments
+        },
+    );
     let (b_sites, mut warnings) = sides(before.1, by, frames, level);
     let (a_sites, w) = sides(after.1, by, frames, level);
     warnings.extend(w);
@@ -267,7 +275,7 @@ pub fn build(
             std::cmp::Reverse(s.peak_bytes.delta.unsigned_abs()),
         )
     });
-    let (rb, ra) = (before.1, after.1);
+    let (rb, ra) = (&before.1.replayed, &after.1.replayed);
     let totals = Totals {
         peak_bytes: Change::new(rb.totals.peak_bytes, ra.totals.peak_bytes),
         live_bytes_at_end: Change::new(rb.totals.live_bytes, ra.totals.live_bytes),
@@ -443,6 +451,7 @@ mod tests {
             inlined: false,
             offset: Some(0x1234),
             python: false,
+            role: None,
         };
         assert_eq!(frame_key(&f, SiteKey::Line), "step at train.c:12");
         assert_eq!(frame_key(&f, SiteKey::Function), "step");
@@ -485,8 +494,8 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     let before = crate::input::load(&args.before)?;
     let after = crate::input::load(&args.after)?;
     let (report, warnings) = build(
-        (TraceInfo::new(&args.before, &before), &before.replayed),
-        (TraceInfo::new(&args.after, &after), &after.replayed),
+        (TraceInfo::new(&args.before, &before), &before),
+        (TraceInfo::new(&args.after, &after), &after),
         args.by,
         args.frames,
         args.all,

@@ -169,7 +169,7 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
             let r = &loaded.replayed;
             args.moment.check_device(r)?;
             let snap = snapshot(builder)?;
-            let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+            let mut sym = Symbolizer::of(&loaded);
             let lines = views::flamegraph::folded(&snap, &mut sym, args.inverted);
             warn_all(sym.take_warnings());
             let mut text = lines.join("\n");

@@ -33,7 +33,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let r = &loaded.replayed;
     args.moment.check_device(r)?;
     let snap = snapshot(builder)?;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let mut sym = Symbolizer::of(&loaded);
     let lines = folded(&snap, &mut sym, args.inverted);
     warn_all(sym.take_warnings());
     let style = Style {

@@ -9,6 +9,7 @@ use clap::Args as ClapArgs;
 use super::{load, Output};
 use crate::error::Error;
 use crate::input::warn_all;
+use crate::report::teardown::{ExitTail, Teardown};
 use crate::report::{leaks, summary, TraceInfo};
 use crate::snapshot::{Moment, SnapshotBuilder};
 use crate::symbolize::Symbolizer;
@@ -39,7 +40,11 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let mut timeline = TimelineBuilder::new();
     let mut peak = SnapshotBuilder::new(Moment::Peak, None);
     let mut first_oom = SnapshotBuilder::new(Moment::Oom(1), None);
-    let loaded = load(&args.trace, &mut [&mut timeline, &mut peak, &mut first_oom])?;
+    let mut tail = ExitTail::default();
+    let loaded = load(
+        &args.trace,
+        &mut [&mut timeline, &mut peak, &mut first_oom, &mut tail],
+    )?;
     let t = timeline.finish();
     let peak = peak.finish().map_err(Error::Failed)?;
     // No failure in the trace: no section for it.
@@ -48,10 +53,19 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let r = &loaded.replayed;
     let info = TraceInfo::new(&args.trace, &loaded);
     let oom = super::oom::explain(&args.trace, r, crate::report::oom::DEFAULT_FRAMES)?;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let mut sym = Symbolizer::of(&loaded);
     let summary = summary::build(info.clone(), r);
     let level = crate::report::level::MemoryLevel::of(r, None);
-    let leaks = leaks::build(info.clone(), r, &mut sym, TOP_LEAKS, 0, level);
+    let teardown = Teardown::find(&tail, &mut sym);
+    let leaks = leaks::build(
+        info.clone(),
+        r,
+        &mut sym,
+        TOP_LEAKS,
+        0,
+        level,
+        teardown.as_ref(),
+    );
     let apis = api_names(&loaded.header);
 
     let fail = |e: String| Error::Failed(e);

@@ -9,10 +9,11 @@ use serde::Serialize;
 use crate::cmd::common::{emit, gate};
 use crate::cmd::ranks;
 use crate::error::Error;
-use crate::input::{load, warn_all};
+use crate::input::{load, load_observed, warn_all};
 use crate::replay::Replayed;
 use crate::report::by_range::{self, By};
 use crate::report::level::MemoryLevel;
+use crate::report::teardown::{ExitTail, Teardown};
 use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
 use crate::symbolize::Symbolizer;
 
@@ -93,7 +94,7 @@ pub fn peak(
         max_peak,
         ..input.ranks(ranks::Which::Peak)
     };
-    sites(input, opts, |trace, r, sym, by| {
+    sites(input, opts, false, |trace, r, sym, by, _| {
         let level = MemoryLevel::of(r, level);
         let mut report = peak::build(trace, r, sym, top, frames, level);
         if by {
@@ -121,9 +122,9 @@ pub fn leaks(
         max_leaked,
         ..input.ranks(ranks::Which::Leaks)
     };
-    sites(input, opts, |trace, r, sym, by| {
+    sites(input, opts, true, |trace, r, sym, by, teardown| {
         let level = MemoryLevel::of(r, level);
-        let mut report = leaks::build(trace, r, sym, top, frames, level);
+        let mut report = leaks::build(trace, r, sym, top, frames, level, teardown);
         if by {
             report.by_range = Some(by_range::leaks(r, top));
         }
@@ -141,22 +142,41 @@ type Gate = (&'static str, u64, &'static str, Option<u64>);
 /// A report's text renderer.
 type Text<T> = fn(&T, &mut dyn std::io::Write) -> std::io::Result<()>;
 
-/// `peak` and `leaks`: several traces go to `ranks`; one is replayed, symbolized,
-/// reported by `build` (with `--by range` when asked), printed, then gated.
+/// `peak` and `leaks`: several traces go to `ranks`; one is replayed (watching for the
+/// interpreter's teardown when `teardown`), symbolized, reported by `build` (with
+/// `--by range` when asked), printed, then gated.
 fn sites<T: Serialize>(
     input: &Input,
     several: ranks::Options,
-    build: impl FnOnce(TraceInfo, &Replayed, &mut Symbolizer, bool) -> (T, Text<T>, Gate),
+    teardown: bool,
+    build: impl FnOnce(
+        TraceInfo,
+        &Replayed,
+        &mut Symbolizer,
+        bool,
+        Option<&Teardown>,
+    ) -> (T, Text<T>, Gate),
 ) -> Result<(), Error> {
     if let Some(traces) = input.several() {
         return ranks::run(&traces, &several);
     }
-    let loaded = load(&input.trace)?;
+    let mut tail = ExitTail::default();
+    let loaded = if teardown {
+        load_observed(&input.trace, &mut [&mut tail])?
+    } else {
+        load(&input.trace)?
+    };
     let r = &loaded.replayed;
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let mut sym = Symbolizer::of(&loaded);
+    let teardown = Teardown::find(&tail, &mut sym);
     let trace = TraceInfo::new(&input.trace, &loaded);
-    let (report, text, (what, value, flag, limit)) =
-        build(trace, r, &mut sym, input.by == Some(By::Range));
+    let (report, text, (what, value, flag, limit)) = build(
+        trace,
+        r,
+        &mut sym,
+        input.by == Some(By::Range),
+        teardown.as_ref(),
+    );
     warn_all(sym.take_warnings());
     emit(input.json, &report, text)?;
     gate(what, value, flag, limit)

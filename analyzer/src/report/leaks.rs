@@ -1,5 +1,6 @@
-//! `gpumemprof leaks`: allocations still live when the trace ended, grouped by the stack
-//! that allocated them and their memory kind, largest first.
+//! `gpumemprof leaks`: allocations still live when the trace ended, and those only the
+//! interpreter's teardown freed after the program's own code finished (`teardown`), grouped
+//! by the stack that allocated them and their memory kind, largest first.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Write};
@@ -8,6 +9,7 @@ use gpumemprof_format::MemKind;
 use serde::Serialize;
 
 use super::level::{site, MemoryLevel};
+use super::teardown::Teardown;
 use super::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::replay::Replayed;
 use crate::symbolize::{Frame, Symbolizer};
@@ -20,10 +22,14 @@ pub struct LeaksReport {
     /// What is counted: `tensors` (a framework allocator's, when the trace has them) or
     /// `segments` (what was allocated from CUDA).
     pub level: MemoryLevel,
-    /// Bytes live at the end, all groups (not only those shown).
+    /// Bytes leaked, all groups (not only those shown): live at the end, or freed only by
+    /// the interpreter's teardown after the program's code finished.
     pub total_bytes: u64,
-    /// Allocations live at the end, all groups.
+    /// Allocations leaked, all groups.
     pub total_count: u64,
+    /// The interpreter's teardown, when the trace shows one (null otherwise): the program's
+    /// code had finished when it began.
+    pub teardown: Option<TeardownInfo>,
     /// Largest first, at most `--top`.
     pub groups: Vec<LeakGroup>,
     /// With `--by range` only: the same memory by NVTX range.
@@ -40,6 +46,9 @@ pub struct LeakGroup {
     pub devices: Vec<i32>,
     pub bytes: u64,
     pub count: u64,
+    /// Of them, what the interpreter's teardown freed at exit.
+    pub freed_at_exit_bytes: u64,
+    pub freed_at_exit_count: u64,
     /// Earliest and latest allocation time in the group, ns since the trace started.
     pub first_time_ns: u64,
     pub last_time_ns: u64,
@@ -49,15 +58,31 @@ pub struct LeakGroup {
     pub frames: Vec<Frame>,
 }
 
+/// The interpreter's teardown in a leaks report.
+#[derive(Debug, Clone, Serialize)]
+pub struct TeardownInfo {
+    /// When its first free was made (ns since the trace started).
+    pub start_ns: u64,
+    /// The teardown function its frees ran in (`Py_FinalizeEx`).
+    pub function: String,
+    /// What it freed of the leaked memory (at the report's level).
+    pub freed_bytes: u64,
+    pub freed_count: u64,
+}
+
+#[derive(Default)]
 struct Group {
     devices: BTreeSet<i32>,
     bytes: u64,
     count: u64,
+    freed_bytes: u64,
+    freed_count: u64,
     first: u64,
     last: u64,
 }
 
-/// `top`: groups shown (0: all); `frames`: frames per group (0: all).
+/// `top`: groups shown (0: all); `frames`: frames per group (0: all); `teardown`: the
+/// interpreter's teardown, whose frees count as leaks.
 pub fn build(
     trace: TraceInfo,
     r: &Replayed,
@@ -65,24 +90,36 @@ pub fn build(
     top: usize,
     frames: usize,
     level: MemoryLevel,
+    teardown: Option<&Teardown>,
 ) -> LeaksReport {
     let mut groups: HashMap<(u64, MemKind), Group> = HashMap::new();
     let (mut total_bytes, mut total_count) = (0u64, 0u64);
+    let (mut freed_bytes, mut freed_count) = (0u64, 0u64);
+    let freed_at_exit = teardown.map_or(&[][..], |t| &t.freed[..]);
+    let leaked = r
+        .live
+        .iter()
+        .map(|a| (a, false))
+        .chain(freed_at_exit.iter().map(|a| (a, true)));
     // Reservations and VMM handles are not memory in use; their mappings are. Tensors lie
     // inside the segments: one level or the other.
-    for a in r.live.iter().filter(|a| level.counts(a.kind)) {
+    for (a, freed) in leaked.filter(|(a, _)| level.counts(a.kind)) {
         total_bytes = total_bytes.saturating_add(a.size);
         total_count += 1;
         let g = groups.entry((a.stack, a.kind)).or_insert(Group {
-            devices: BTreeSet::new(),
-            bytes: 0,
-            count: 0,
             first: a.time_ns,
             last: a.time_ns,
+            ..Group::default()
         });
         g.devices.insert(a.device);
         g.bytes = g.bytes.saturating_add(a.size);
         g.count += 1;
+        if freed {
+            g.freed_bytes = g.freed_bytes.saturating_add(a.size);
+            g.freed_count += 1;
+            freed_bytes = freed_bytes.saturating_add(a.size);
+            freed_count += 1;
+        }
         g.first = g.first.min(a.time_ns);
         g.last = g.last.max(a.time_ns);
     }
@@ -103,6 +140,12 @@ pub fn build(
         level,
         total_bytes,
         total_count,
+        teardown: teardown.map(|t| TeardownInfo {
+            start_ns: t.start_ns,
+            function: t.function.clone(),
+            freed_bytes,
+            freed_count,
+        }),
         groups: groups
             .into_iter()
             .map(|((stack, kind), g)| LeakGroup {
@@ -111,6 +154,8 @@ pub fn build(
                 devices: g.devices.into_iter().collect(),
                 bytes: g.bytes,
                 count: g.count,
+                freed_at_exit_bytes: g.freed_bytes,
+                freed_at_exit_count: g.freed_count,
                 first_time_ns: g.first,
                 last_time_ns: g.last,
                 site: site(&sym.stack(stack, 0)).cloned(),
@@ -141,12 +186,25 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
         MemoryLevel::Tensors => ("tensor", "tensors"),
         MemoryLevel::Segments => ("allocation", "allocations"),
     };
-    writeln!(
-        out,
-        "{} in {} live {when}",
-        units::bytes_exact(report.total_bytes),
-        units::plural(report.total_count, one, many)
-    )?;
+    match &report.teardown {
+        Some(t) => writeln!(
+            out,
+            "{} in {} live when the program's code finished ({}), {} of them in {} freed only \
+             by the interpreter's teardown ({}) at exit",
+            units::bytes_exact(report.total_bytes),
+            units::plural(report.total_count, one, many),
+            units::secs(t.start_ns),
+            units::bytes(t.freed_bytes),
+            units::plural(t.freed_count, one, many),
+            t.function
+        )?,
+        None => writeln!(
+            out,
+            "{} in {} live {when}",
+            units::bytes_exact(report.total_bytes),
+            units::plural(report.total_count, one, many)
+        )?,
+    }
     if let Some(b) = &report.by_range {
         // By range instead of by call site.
         return super::by_range::write_leaks(b, out);
@@ -167,7 +225,15 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
         } else {
             "devices"
         };
-        let when = format!("allocated {}", units::span(g.first_time_ns, g.last_time_ns));
+        let mut when = format!("allocated {}", units::span(g.first_time_ns, g.last_time_ns));
+        if g.freed_at_exit_count == g.count {
+            when.push_str(", freed only at exit");
+        } else if g.freed_at_exit_count > 0 {
+            when.push_str(&format!(
+                ", {} of them freed only at exit",
+                g.freed_at_exit_count
+            ));
+        }
         let (one, many) = super::level::count_words(g.kind);
         writeln!(
             out,

@@ -43,8 +43,10 @@ const NOT_THE_USERS: &[&str] = &[
 pub fn is_framework(f: &Frame) -> bool {
     if f.python {
         let file = f.file.as_deref().unwrap_or("");
-        return file.contains("/torch/")
-            || file.contains("/tensorflow/")
+        // Installed packages read from their own folder (`torch/optim/adam.py`).
+        return ["torch/", "tensorflow/"]
+            .iter()
+            .any(|p| file.starts_with(p) || file.contains(&format!("/{p}")))
             || file.starts_with("<frozen ");
     }
     let Some(module) = f.module.as_deref() else {
@@ -113,6 +115,7 @@ mod tests {
             inlined: false,
             python: false,
             offset: None,
+            role: None,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod level;
 pub mod oom;
 pub mod peak;
 pub mod summary;
+pub mod teardown;
 
 use std::io::{self, Write};
 use std::path::Path;

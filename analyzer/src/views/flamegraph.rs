@@ -157,6 +157,7 @@ mod tests {
             inlined: false,
             offset: Some(0x34),
             python: false,
+            role: None,
         }
     }
 

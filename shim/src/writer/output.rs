@@ -210,6 +210,7 @@ pub fn header(
         "rank": ph.rank,
         "argv": argv(),
         "exe": std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        "cwd": std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
         "path": path,
         "start_time_unix_ns": clock::unix_ns(),
         "start_monotonic_ns": start_monotonic_ns,

@@ -261,7 +261,7 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
     for (index, entry) in entries.iter().enumerate() {
         let loaded = crate::input::load(&entry.path)?;
         let r = &loaded.replayed;
-        let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+        let mut sym = Symbolizer::of(&loaded);
         let mut keys: HashMap<u64, Vec<String>> = HashMap::new();
         let mut add = |stack: u64, kind: MemKind, bytes: u64, count: u64| {
             let key = keys
@@ -486,6 +486,7 @@ mod tests {
                 inlined: false,
                 python: false,
                 offset: module.map(|_| 0x1234),
+                role: None,
             };
         let f = frame(
             Some("step"),

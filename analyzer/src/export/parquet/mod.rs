@@ -201,7 +201,7 @@ fn one_trace(
     let r = &loaded.replayed;
     let mut ids: Vec<u64> = r.stacks.keys().copied().filter(|&id| id != 0).collect();
     ids.sort_unstable();
-    let mut sym = Symbolizer::new(&r.modules, &r.stacks, &r.python);
+    let mut sym = Symbolizer::of(&loaded);
     let path_bytes = ByteArray::from(path_text.as_str());
     for &id in &ids {
         for (depth, f) in sym.stack(id, 0).iter().enumerate() {

@@ -1,0 +1,268 @@
+//! A stack as a PyTorch user reads it: the frames of PyTorch's own libraries are its
+//! allocator, its dispatcher and its bindings, which say nothing to the user, except three
+//! kinds that do, shown under a name of their own:
+//!
+//! * the **op** that made the tensor: the dispatcher's entry `at::_ops::addmm::call` reads
+//!   `aten::addmm` (an overload keeps the name of its entry, `aten::add_Tensor`: where the
+//!   op's name ends and the overload's begins is not in the binary); `aten::empty*` and
+//!   `aten::new_empty*` only when no other op made it;
+//! * the **autograd node** that ran it on a backward thread:
+//!   `torch::autograd::generated::AddmmBackward0::apply` reads `AddmmBackward0`;
+//! * a library's **workspace**: `at::cuda::getCurrentCUDABlasHandleWithWorkspace` reads
+//!   `cuBLAS workspace` (and cuBLASLt's, cuDNN's, cuSOLVER's likewise).
+//!
+//! The Python frames of PyTorch's call machinery (`Module._call_impl`, the optimizer's
+//! step wrappers, how `.cuda()` reaches each parameter) are hidden the same way, and so are the process's start-up frames below
+//! everything (`_start`, libc's `__libc_start_main`, a thread's entry in libc or libstdc++):
+//! they are the same in every stack. `--native` shows every frame as it is.
+
+use std::path::Path;
+
+/// What one frame of PyTorch's is in a stack shown to its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// Not PyTorch's, or kept as it is.
+    Keep,
+    /// Left out of the default view.
+    Hide,
+    /// Shown under this name, in this role (`op`, `autograd_node`, `workspace`).
+    Named(&'static str, String),
+}
+
+/// Library file names (their start) that are PyTorch's own.
+const TORCH_LIBRARIES: &[&str] = &["libc10", "libtorch", "libcaffe2"];
+
+/// Libraries whose outermost frames start the process or a thread.
+const START_UP_LIBRARIES: &[&str] = &["libc.so", "libc-", "libstdc++", "libpthread", "ld-linux"];
+
+/// Functions that start the process or a thread.
+const START_UP_FUNCTIONS: &[&str] = &["_start", "__libc_start_main", "__libc_start_call_main"];
+
+/// A library's workspace, recognised by the function that allocates it.
+const WORKSPACES: &[(&str, &str)] = &[
+    ("at::cuda::getCurrentCUDABlasLtHandle", "cuBLASLt workspace"),
+    ("at::cuda::getCUDABlasLtWorkspace", "cuBLASLt workspace"),
+    ("at::cuda::getCurrentCUDABlasHandle", "cuBLAS workspace"),
+    ("at::cuda::allocateCUDABlasWorkspace", "cuBLAS workspace"),
+    (
+        "at::cuda::getCurrentCUDASolverDnHandle",
+        "cuSOLVER workspace",
+    ),
+    ("at::native::getCudnnHandle", "cuDNN workspace"),
+    ("at::native::cudnn_convolution", "cuDNN workspace"),
+    (
+        "at::native::(anonymous namespace)::Workspace",
+        "cuDNN workspace",
+    ),
+];
+
+/// PyTorch's Python call machinery: (file suffix, qualified function name).
+const PYTHON_MACHINERY: &[(&str, &str)] = &[
+    ("torch/nn/modules/module.py", "Module._call_impl"),
+    ("torch/nn/modules/module.py", "Module._wrapped_call_impl"),
+    // How `.cuda()` and `.to()` reach each parameter.
+    ("torch/nn/modules/module.py", "Module._apply"),
+    (
+        "torch/nn/modules/module.py",
+        "Module.cuda.<locals>.<lambda>",
+    ),
+    ("torch/nn/modules/module.py", "Module.to.<locals>.convert"),
+    (
+        "torch/optim/optimizer.py",
+        "_use_grad_for_differentiable.<locals>._use_grad",
+    ),
+    (
+        "torch/optim/optimizer.py",
+        "Optimizer.profile_hook_step.<locals>.wrapper",
+    ),
+    (
+        "torch/utils/_contextlib.py",
+        "context_decorator.<locals>.decorate_context",
+    ),
+    (
+        "torch/utils/_contextlib.py",
+        "_wrap_generator.<locals>.generator_context",
+    ),
+];
+
+/// A native frame in `module` (its path) named `function` (as reports show it).
+pub fn native(module: Option<&str>, function: Option<&str>) -> Shown {
+    let file = module
+        .and_then(|m| Path::new(m).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    if !TORCH_LIBRARIES.iter().any(|l| file.starts_with(l)) {
+        return Shown::Keep;
+    }
+    let Some(function) = function else {
+        return Shown::Hide;
+    };
+    if let Some(op) = op_name(function) {
+        return Shown::Named("op", op);
+    }
+    if let Some(node) = autograd_node(function) {
+        return Shown::Named("autograd_node", node.to_string());
+    }
+    if let Some((_, what)) = WORKSPACES.iter().find(|(f, _)| function.starts_with(f)) {
+        return Shown::Named("workspace", (*what).to_string());
+    }
+    Shown::Hide
+}
+
+/// A Python frame of `file` (as shown) in `function`: hidden when it is PyTorch's call
+/// machinery.
+pub fn python(file: &str, function: &str) -> Shown {
+    let machinery = PYTHON_MACHINERY
+        .iter()
+        .any(|(f, q)| function == *q && file.ends_with(f));
+    if machinery {
+        Shown::Hide
+    } else {
+        Shown::Keep
+    }
+}
+
+/// Whether an outermost native frame starts the process or a thread.
+pub fn start_up(module: Option<&str>, function: Option<&str>) -> bool {
+    if function.is_some_and(|f| START_UP_FUNCTIONS.contains(&f)) {
+        return true;
+    }
+    let file = module
+        .and_then(|m| Path::new(m).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    START_UP_LIBRARIES.iter().any(|l| file.starts_with(l))
+}
+
+/// `aten::addmm` for the dispatcher's `at::_ops::addmm::call` (its `redispatch` and
+/// boxed entries are hidden: the same op again).
+pub fn op_name(function: &str) -> Option<String> {
+    let op = function
+        .strip_prefix("at::_ops::")?
+        .strip_suffix("::call")?;
+    if op.is_empty() || op.contains("::") {
+        return None;
+    }
+    Some(format!("aten::{op}"))
+}
+
+/// `AddmmBackward0` for `torch::autograd::generated::AddmmBackward0::apply`, and likewise
+/// the hand-written nodes (`torch::autograd::AccumulateGrad::apply`).
+pub fn autograd_node(function: &str) -> Option<&str> {
+    let rest = function
+        .strip_prefix("torch::autograd::generated::")
+        .or_else(|| function.strip_prefix("torch::autograd::"))?;
+    let node = rest.strip_suffix("::apply")?;
+    (!node.is_empty() && !node.contains("::")).then_some(node)
+}
+
+/// Whether an op only allocates (`aten::empty`, `aten::empty_strided`, `aten::new_empty`,
+/// ...): shown only when no other op made the tensor.
+pub fn allocation_op(name: &str) -> bool {
+    let op = name.strip_prefix("aten::").unwrap_or(name);
+    op.starts_with("empty") || op.starts_with("new_empty")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPU: Option<&str> = Some("/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so");
+    const C10: Option<&str> = Some("/venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so");
+
+    #[test]
+    fn pytorch_frames_are_ops_nodes_workspaces_or_hidden() {
+        let named = |role: &'static str, s: &str| Shown::Named(role, s.to_string());
+        assert_eq!(
+            native(CPU, Some("at::_ops::addmm::call")),
+            named("op", "aten::addmm")
+        );
+        assert_eq!(
+            native(CPU, Some("at::_ops::add_Tensor::call")),
+            named("op", "aten::add_Tensor")
+        );
+        assert_eq!(
+            native(CPU, Some("at::_ops::empty_strided::call")),
+            named("op", "aten::empty_strided")
+        );
+        assert_eq!(
+            native(CPU, Some("at::_ops::addmm::redispatch")),
+            Shown::Hide
+        );
+        assert_eq!(
+            native(
+                CPU,
+                Some("torch::autograd::generated::AddmmBackward0::apply")
+            ),
+            named("autograd_node", "AddmmBackward0")
+        );
+        assert_eq!(
+            native(CPU, Some("torch::autograd::AccumulateGrad::apply")),
+            named("autograd_node", "AccumulateGrad")
+        );
+        assert_eq!(
+            native(CPU, Some("at::cuda::getCurrentCUDABlasHandleWithWorkspace")),
+            named("workspace", "cuBLAS workspace")
+        );
+        assert_eq!(
+            native(
+                C10,
+                Some("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc")
+            ),
+            Shown::Hide
+        );
+        assert_eq!(
+            native(
+                CPU,
+                Some("c10::impl::wrap_kernel_functor_unboxed_<…>::call")
+            ),
+            Shown::Hide
+        );
+        assert_eq!(native(CPU, None), Shown::Hide);
+        // Not PyTorch's: kept whatever the name.
+        assert_eq!(
+            native(Some("/app/libmodel.so"), Some("at::_ops::addmm::call")),
+            Shown::Keep
+        );
+        assert_eq!(native(None, Some("keep_activations")), Shown::Keep);
+    }
+
+    #[test]
+    fn pytorchs_python_call_machinery_is_hidden_the_users_modules_are_not() {
+        assert_eq!(
+            python("torch/nn/modules/module.py", "Module._call_impl"),
+            Shown::Hide
+        );
+        assert_eq!(
+            python(
+                "torch/optim/optimizer.py",
+                "Optimizer.profile_hook_step.<locals>.wrapper"
+            ),
+            Shown::Hide
+        );
+        assert_eq!(
+            python("torch/nn/modules/linear.py", "Linear.forward"),
+            Shown::Keep
+        );
+        assert_eq!(
+            python("torch/optim/adam.py", "Adam._init_group"),
+            Shown::Keep
+        );
+        assert_eq!(python("train.py", "Module._call_impl"), Shown::Keep);
+    }
+
+    #[test]
+    fn start_up_frames_are_libcs_and_the_entry_points() {
+        assert!(start_up(Some("/usr/lib/x86_64-linux-gnu/libc.so.6"), None));
+        assert!(start_up(
+            Some("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+            None
+        ));
+        assert!(start_up(Some("/usr/bin/python3.11"), Some("_start")));
+        assert!(!start_up(Some("/usr/bin/python3.11"), Some("main")));
+        assert!(!start_up(Some("/app/train"), Some("train_step")));
+        assert!(allocation_op("aten::empty_strided"));
+        assert!(allocation_op("aten::new_empty"));
+        assert!(!allocation_op("aten::addmm"));
+    }
+}
