@@ -272,6 +272,14 @@ fn stacks_at_the_peak_read_in_pytorchs_terms() {
             (Some(1839616), Some(6))
         );
     }
+    // Tensors made on autograd's backward thread: no line of the user's, the node that
+    // made them is their site.
+    let backward = sites
+        .iter()
+        .find(|s| frames(s) == ["aten::mm", "AddmmBackward0"])
+        .unwrap_or_else(|| panic!("no AddmmBackward0 site in {all:#?}"));
+    assert_eq!(backward["site"]["role"], "autograd_node");
+    assert_eq!(backward["site"]["function"], "AddmmBackward0");
     // cuBLAS's workspace, made by the first matrix product of the backward pass.
     assert!(
         all.contains(&vec![

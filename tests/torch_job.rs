@@ -25,12 +25,30 @@ impl Job {
     /// given (no NVML sampling: `profiled::preload`); panics with its stderr unless it
     /// exited 0.
     pub fn run(script: &str, args: &[&str], env: &[(&str, &str)], trace: Option<&Path>) -> Job {
+        Job::run_exiting(script, args, env, trace, 0)
+    }
+
+    /// `run`, for a program that must exit with `code` (a job that dies of an error); `env`
+    /// is applied after the shim's variables, so it may override them.
+    pub fn run_exiting(
+        script: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        trace: Option<&Path>,
+        code: i32,
+    ) -> Job {
         let mut cmd = package().script(script, args);
-        cmd.envs(env.iter().copied());
         if let Some(t) = trace {
             preload(&mut cmd, t);
         }
-        let output = succeeded(&mut cmd, script);
+        cmd.envs(env.iter().copied());
+        let output = cmd.output().unwrap_or_else(|e| panic!("run {script}: {e}"));
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{script}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let lines = String::from_utf8_lossy(&output.stdout)
             .lines()
             .filter(|l| l.starts_with('{'))

@@ -26,6 +26,7 @@ pub mod source_paths;
 pub mod symbolize;
 pub mod term;
 pub mod timeline;
+pub mod torch_conf;
 pub mod torch_frames;
 pub mod units;
 pub mod views;

@@ -37,6 +37,7 @@ pub fn record_time(record: &Record) -> Option<u64> {
         Record::Sample(s) => Some(s.time_ns),
         Record::Nvtx(n) => Some(n.time_ns),
         Record::Ending(e) => Some(e.time_ns),
+        Record::Stopped(r) => Some(r.time_ns),
         Record::Tensor(t) => Some(t.time_ns),
         Record::Stack { .. }
         | Record::PyCode(_)
@@ -53,8 +54,33 @@ pub fn replay_observed<R: Read>(
     replay_observed_until(reader, observers, None)
 }
 
-/// `replay_observed` up to `until` (ns): the first record after it ends the pass, as if
-/// the trace ended there (what was live then is "live at the end").
+/// How long after `until` a record stamped before it can still come: the shim's writer
+/// orders events within a short window, and an event whose thread was preempted between its
+/// stamp and its push reaches the file after later ones (seen: milliseconds, under load).
+pub const LATE_RECORDS_NS: u64 = 1_000_000_000;
+
+/// What a pass up to `until` does with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    Apply,
+    /// Stamped after `until`: left out, but a record stamped before it may still follow.
+    Skip,
+    /// Stamped more than `LATE_RECORDS_NS` after `until`: the pass is over.
+    Stop,
+}
+
+/// Whether a pass up to `until` applies `record` (see `Cut`); records without a time
+/// (stack and code definitions) are always applied.
+pub fn cut(record: &Record, until: Option<u64>) -> Cut {
+    match (until, record_time(record)) {
+        (Some(u), Some(t)) if t > u.saturating_add(LATE_RECORDS_NS) => Cut::Stop,
+        (Some(u), Some(t)) if t > u => Cut::Skip,
+        _ => Cut::Apply,
+    }
+}
+
+/// `replay_observed` up to `until` (ns): the records stamped after it are left out, as if
+/// the trace ended there (what was live then is "live at the end"); see `cut`.
 pub fn replay_observed_until<R: Read>(
     mut reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
@@ -63,8 +89,10 @@ pub fn replay_observed_until<R: Read>(
     let mut replay = Replay::new();
     let mut changes = Vec::new();
     while let Some(record) = reader.next_salvaged()? {
-        if until.is_some_and(|u| record_time(&record).is_some_and(|t| t > u)) {
-            break;
+        match cut(&record, until) {
+            Cut::Apply => {}
+            Cut::Skip => continue,
+            Cut::Stop => break,
         }
         for o in observers.iter_mut() {
             o.record(&record);
@@ -97,6 +125,31 @@ mod tests {
             pool: 0,
             stack: 0,
         })
+    }
+
+    /// Up to a time: a record stamped before it that the writer wrote after a later one
+    /// still counts; the pass ends a second past the time.
+    #[test]
+    fn a_pass_up_to_a_time_keeps_late_records_stamped_before_it() {
+        let until = Some(100);
+        assert_eq!(cut(&alloc(100, 0x1000, 512), until), Cut::Apply);
+        assert_eq!(cut(&alloc(101, 0x2000, 512), until), Cut::Skip);
+        assert_eq!(cut(&alloc(99, 0x3000, 512), until), Cut::Apply);
+        assert_eq!(
+            cut(&alloc(100 + LATE_RECORDS_NS + 1, 0x4000, 512), until),
+            Cut::Stop
+        );
+        assert_eq!(
+            cut(
+                &Record::Stack {
+                    id: 1,
+                    frames: vec![]
+                },
+                until
+            ),
+            Cut::Apply
+        );
+        assert_eq!(cut(&alloc(u64::MAX, 0x5000, 512), None), Cut::Apply);
     }
 
     /// The changes are the replay's own decisions: one unmap over two adjacent mappings

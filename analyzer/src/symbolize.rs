@@ -79,10 +79,13 @@ impl Frame {
     }
 
     /// `function at file:line`, else `function (module+0xoffset)`, else `module+0xoffset`,
-    /// else the bare address; a framework frame with a role only its name (`aten::addmm`).
+    /// else the bare address; a framework frame with a role only its name (`aten::addmm`),
+    /// an autograd node with the phase it runs in (`AddmmBackward0 (backward)`).
     pub fn describe(&self) -> String {
-        if let (Some(_), Some(name)) = (self.role, &self.function) {
-            return name.clone();
+        match (self.role, &self.function) {
+            (Some("autograd_node"), Some(name)) => return format!("{name} (backward)"),
+            (Some(_), Some(name)) => return name.clone(),
+            _ => {}
         }
         let place = match (&self.module, self.offset) {
             (Some(m), Some(off)) => {
@@ -397,7 +400,7 @@ impl<'a> Symbolizer<'a> {
 fn readable(frames: Vec<Frame>) -> Vec<Frame> {
     use crate::torch_frames::{self as torch, Shown};
     let mut out: Vec<Frame> = Vec::with_capacity(frames.len());
-    for mut f in frames {
+    for mut f in frames.iter().cloned() {
         let shown = if f.python {
             torch::python(
                 f.file.as_deref().unwrap_or(""),
@@ -436,6 +439,11 @@ fn readable(frames: Vec<Frame>) -> Vec<Frame> {
         .is_some_and(|f| !f.python && torch::start_up(f.module.as_deref(), f.function.as_deref()))
     {
         out.pop();
+    }
+    // Nothing left (PyTorch's libraries gone, or without symbols): the frames as recorded
+    // say more than none.
+    if out.is_empty() {
+        return frames;
     }
     out
 }

@@ -143,7 +143,7 @@ fn two_devices_one_leak_each() {
         json!({"path": trace.to_str(), "pid": 4242, "argv": ["./train", "--epochs", "3"],
                "complete": true, "ending": null, "truncated": false, "damaged_blocks": 0,
                "damaged_bytes": 0, "damaged_events": 0, "events": 6,
-               "queue_waits": 2, "dropped": 0, "duration_ns": 60})
+               "queue_waits": 2, "dropped": 0, "duration_ns": 60, "stopped": null})
     );
     assert_eq!(
         s["rows"],
@@ -587,6 +587,7 @@ fn every_report_has_schema_version_1_and_the_trace_object() {
             "queue_waits",
             "dropped",
             "duration_ns",
+            "stopped",
         ];
         let mut got = keys.clone();
         want.sort_unstable();

@@ -520,7 +520,8 @@ fn info_of_a_trace_shows_its_header_and_api_counts() {
         v["records"],
         json!({"allocations": 8, "frees": 5, "failed_allocations": 1, "stacks": 4,
                "modules": 0, "stats": 0, "samples": 1, "end": 1, "unknown": 0,
-               "python_codes": 0, "nvtx_events": 0, "nvtx_names": 0, "ending": 0, "tensors": 0})
+               "python_codes": 0, "nvtx_events": 0, "nvtx_names": 0, "ending": 0, "tensors": 0,
+               "stopped": 0})
     );
     assert_eq!(
         v["apis"],

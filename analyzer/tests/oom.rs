@@ -212,7 +212,8 @@ fn the_final_failure_is_explained_with_exact_live_memory_sites_and_growth() {
         json!({"index": 1, "ordinal": 1, "time_ns": 10 * S, "api": "cudaMalloc",
                "kind": "device", "device": 0, "size": 2 * GIB, "tid": 7, "stream": 0,
                "pool": 0, "result": 2, "stack_id": 2, "mem_free_bytes": GIB,
-               "mem_total_bytes": 16 * GIB, "outcome": "final", "retry": null})
+               "mem_total_bytes": 16 * GIB, "outcome": "final", "retry": null,
+               "attempts": null})
     );
     assert_eq!(f["frames"][0]["address"], "0x1002");
 
@@ -279,10 +280,12 @@ fn the_final_failure_is_explained_with_exact_live_memory_sites_and_growth() {
     assert_eq!(g["sites"][0]["bytes_at_failure"], 6 * GIB);
     assert_eq!(g["sites"][0]["growth_bytes"], 5 * GIB);
 
-    // NVML at 9.5 s: 15 GiB used by the process, 14 GiB of device memory tracked.
+    // NVML at 9.5 s: 15 GiB used by the process, 14 GiB of device memory tracked (the
+    // sample at 10.5 s, half a second after the failure, is not the failure's).
     assert_eq!(
         v["nvml"],
-        json!({"device": 0, "time_ns": 9_500_000_000u64, "process_used_bytes": 15 * GIB,
+        json!({"device": 0, "time_ns": 9_500_000_000u64, "at_failure": false,
+               "process_used_bytes": 15 * GIB,
                "device_used_bytes": 15 * GIB + 512 * MIB, "device_total_bytes": 16 * GIB,
                "tracked_bytes": 14 * GIB, "untracked_bytes": GIB,
                "other_processes_bytes": 512 * MIB})

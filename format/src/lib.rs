@@ -39,6 +39,7 @@
 //! 14 Ending:      time, how (1 exit, 2 signal), code (exit status zz, or signal number)
 //! 13 PackedFree:  mask, dt, [tid], [api], [stream], address delta(zz), stack, [result],
 //!                 [flags], [kind], [size]
+//! 16 Stopped:     time, reason (1 file size limit, 2 no space, 3 other write error), errno
 //!
 //! Version 2 writes every alloc and free as a packed record (kinds 12 and 13, specified in
 //! `packed`): a bracketed field is there only when it differs from the block's running
@@ -87,6 +88,7 @@ pub mod kind {
     pub const PACKED_FREE: u8 = 13;
     pub const ENDING: u8 = 14;
     pub const TENSOR: u8 = 15;
+    pub const STOPPED: u8 = 16;
 }
 
 /// The JSON header may not exceed this (real headers are a few KiB; argv is capped by the shim).

@@ -308,6 +308,74 @@ pub struct EndingRecord {
     pub ending: Ending,
 }
 
+/// Why the shim stopped recording before the process ended: a write to the trace failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The file size limit (`ulimit -f`, `RLIMIT_FSIZE`): `EFBIG`.
+    FileSizeLimit,
+    /// The file system is full: `ENOSPC` (or `EDQUOT`).
+    NoSpace,
+    /// Any other write error.
+    WriteError,
+}
+
+impl StopReason {
+    pub fn to_u8(self) -> u8 {
+        match self {
+            StopReason::FileSizeLimit => 1,
+            StopReason::NoSpace => 2,
+            StopReason::WriteError => 3,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<StopReason> {
+        match v {
+            1 => Some(StopReason::FileSizeLimit),
+            2 => Some(StopReason::NoSpace),
+            3 => Some(StopReason::WriteError),
+            _ => None,
+        }
+    }
+
+    /// The reason of a write that failed with `errno`.
+    pub fn of_errno(errno: i32) -> StopReason {
+        match errno {
+            27 => StopReason::FileSizeLimit, // EFBIG
+            28 | 122 => StopReason::NoSpace, // ENOSPC, EDQUOT
+            _ => StopReason::WriteError,
+        }
+    }
+
+    /// Stable lowercase name used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::FileSizeLimit => "file_size_limit",
+            StopReason::NoSpace => "no_space",
+            StopReason::WriteError => "write_error",
+        }
+    }
+
+    /// In words, for text reports and the shim's exit line.
+    pub fn words(self) -> &'static str {
+        match self {
+            StopReason::FileSizeLimit => "the file size limit (ulimit -f) was reached",
+            StopReason::NoSpace => "the file system was full",
+            StopReason::WriteError => "a write to the trace file failed",
+        }
+    }
+}
+
+/// The `Stopped` record: recording stopped at `time_ns`, before the process ended; nothing
+/// after it is in the trace. The shim writes it (then an End record) in place of the block
+/// it could not write, when the file still takes that much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoppedRecord {
+    pub time_ns: u64,
+    pub reason: StopReason,
+    /// The write's `errno`.
+    pub errno: u32,
+}
+
 /// Device memory as NVML saw it at one moment (sampled by the shim's writer thread).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sample {
@@ -467,6 +535,9 @@ pub enum Record {
     Ending(EndingRecord),
     /// A tensor of a framework's allocator allocated or freed.
     Tensor(Tensor),
+    /// Recording stopped before the process ended (a failed write); absent in traces of
+    /// shims older than this record.
+    Stopped(StoppedRecord),
     /// A record kind this reader does not know (written by a newer shim); skipped.
     Unknown {
         kind: u8,

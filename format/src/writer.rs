@@ -11,7 +11,7 @@ use zstd::zstd_safe::{self, CParameter};
 use crate::packed::Running;
 use crate::record::{
     Alloc, AllocFailed, Ending, EndingRecord, Free, Module, Nvtx, PyCode, Record, Sample, Stats,
-    Tensor, MAX_NVTX_STRING, MAX_PY_STRING,
+    StoppedRecord, Tensor, MAX_NVTX_STRING, MAX_PY_STRING,
 };
 use crate::varint::{put_u64, zigzag};
 use crate::{
@@ -410,6 +410,16 @@ impl BlockEncoder {
         self.commit(kind::ENDING);
     }
 
+    /// Recording stopped (written before a last `end`).
+    pub fn stopped(&mut self, r: &StoppedRecord) {
+        self.scratch.clear();
+        let s = &mut self.scratch;
+        put_u64(s, r.time_ns);
+        put_u64(s, u64::from(r.reason.to_u8()));
+        put_u64(s, u64::from(r.errno));
+        self.commit(kind::STOPPED);
+    }
+
     /// The final record of a cleanly closed trace.
     pub fn end(&mut self, s: &Stats) {
         self.counters(kind::END, s);
@@ -430,6 +440,7 @@ impl BlockEncoder {
             Record::NvtxString { id, text } => self.nvtx_string(*id, text),
             Record::End(s) => self.end(s),
             Record::Ending(e) => self.ending(e),
+            Record::Stopped(r) => self.stopped(r),
             Record::Tensor(t) => self.tensor(t),
             Record::Unknown { .. } => {}
         }
@@ -554,6 +565,9 @@ pub struct TraceWriter<W: Write> {
     enc: BlockEncoder,
     block: Vec<u8>,
     level: i32,
+    /// Bytes written whole: the preamble and every block written without error. After a
+    /// failed write the file may hold part of a block past this.
+    written: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -566,7 +580,19 @@ impl<W: Write> TraceWriter<W> {
             enc: BlockEncoder::new(),
             block: Vec::new(),
             level,
+            written: 16 + json.len() as u64,
         })
+    }
+
+    /// Bytes of the file that are whole: the preamble and every block written without
+    /// error (a failed write may have left part of a block after them).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The underlying writer, to cut a partly written block off (`written`).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
     }
 
     /// The current block; flush it (e.g. once `len() >= BLOCK_FLUSH_BYTES`) with `flush_block`.
@@ -585,6 +611,9 @@ impl<W: Write> TraceWriter<W> {
         let res = compress_block(self.enc.raw(), self.level, &mut self.block)
             .and_then(|()| self.out.write_all(&self.block));
         self.enc.clear();
+        if res.is_ok() {
+            self.written += self.block.len() as u64;
+        }
         res.map(|()| self.block.len())
     }
 

@@ -20,7 +20,8 @@
  *   Calls before nvmlInit_v2 (or after the matching number of nvmlShutdown) ->
  *   NVML_ERROR_UNINITIALIZED (1). NULL out-pointer, bad index or handle ->
  *   NVML_ERROR_INVALID_ARGUMENT (2). A string buffer too small -> NVML_ERROR_INSUFFICIENT_SIZE
- *   (7). nvmlDeviceGetComputeRunningProcesses_v3: *infoCount smaller than the number of
+ *   (7). nvmlDeviceGetComputeRunningProcesses_v3 (and the unversioned one, v1 entries of
+ *   {pid, usedGpuMemory}): *infoCount smaller than the number of
  *   processes -> NVML_ERROR_INSUFFICIENT_SIZE with *infoCount set to that number (so
  *   *infoCount = 0 and infos = NULL asks for the count); else the entries and *infoCount = their
  *   number.
@@ -175,13 +176,21 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, n
     return NVML_SUCCESS;
 }
 
-/* No fabric (NVLink multi-node) on the simulated devices, as on a PCIe GPU. */
+/* No fabric (NVLink multi-node) on the simulated devices, as an H100 PCIe answers: success,
+ * with every field after `version` zero (status NVML_SUCCESS, state
+ * NVML_GPU_FABRIC_STATE_NOT_SUPPORTED). The struct's size is the low 24 bits of its version. */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, void *info)
 {
     REQUIRE_INIT();
-    (void)device;
-    (void)info;
-    return NVML_ERROR_NOT_SUPPORTED;
+    if (index_of(device) < 0 || info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int version;
+    memcpy(&version, info, sizeof version);
+    size_t size = version & 0xffffffu;
+    if (size < 2 * sizeof version || size > 4096)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memset((char *)info + sizeof version, 0, size - sizeof version);
+    return NVML_SUCCESS;
 }
 
 /* No NVLink on the simulated devices: every link query is NVML_ERROR_NOT_SUPPORTED. */
@@ -271,17 +280,34 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev
 
 #undef nvmlDeviceGetComputeRunningProcesses /* nvml.h maps the name to _v3; this is the old one */
 
-/* The unversioned (v1 ABI) process list is not supported, as on platforms with partial NVML
- * support (Tegra, Jetson): PyTorch's out-of-memory message then omits per-process memory,
- * and its wording stays the one the profiler's oom report reproduces. */
+/* The unversioned name is the v1 ABI: entries of {pid, usedGpuMemory}, 16 bytes each, as
+ * PyTorch's out-of-memory message reads them ("Including non-PyTorch memory, this process has
+ * ... memory in use."). */
+struct process_info_v1 {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+};
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
-                                                             unsigned int *infoCount, void *infos)
+                                                             unsigned int *infoCount,
+                                                             struct process_info_v1 *infos)
 {
     REQUIRE_INIT();
-    (void)device;
-    (void)infoCount;
-    (void)infos;
-    return NVML_ERROR_NOT_SUPPORTED;
+    int i = index_of(device);
+    if (i < 0 || infoCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long used = used_on(i);
+    unsigned int n = used > 0 ? 1 : 0;
+    if (*infoCount < n) {
+        *infoCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0 && infos == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (n > 0)
+        infos[0] = (struct process_info_v1){(unsigned int)getpid(), used};
+    *infoCount = n;
+    return NVML_SUCCESS;
 }
 
 SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
@@ -305,6 +331,8 @@ SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
         return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED:
         return "Driver Not Loaded";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+        return "Argument Version Mismatch";
     case NVML_ERROR_UNKNOWN:
         return "Unknown Error";
     }

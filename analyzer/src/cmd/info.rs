@@ -137,6 +137,8 @@ pub struct RecordCounts {
     pub ending: u64,
     /// A framework allocator's tensor allocations and frees (PyTorch's caching allocator).
     pub tensors: u64,
+    /// Recording-stopped records (a write to the trace failed).
+    pub stopped: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -197,6 +199,7 @@ impl Observer for ApiCounter {
             Record::Nvtx(_) => r.nvtx_events += 1,
             Record::NvtxString { .. } => r.nvtx_names += 1,
             Record::Ending(_) => r.ending += 1,
+            Record::Stopped(_) => r.stopped += 1,
             Record::Tensor(_) => r.tensors += 1,
         }
     }

@@ -26,6 +26,7 @@
 //! per-stack bookkeeping), `pass` (the `Replay` state machine), `ranges` (memory by NVTX
 //! range), and `replay()` below, which streams a trace through it.
 
+pub mod attempts;
 mod level;
 mod model;
 mod pass;

@@ -29,6 +29,9 @@ pub struct FailedAlloc {
     pub kind: MemKind,
     pub result: u32,
     pub stack: u64,
+    /// A failed CUDA call of a framework allocator that refused the block right after, on
+    /// the same thread (`attempts`): part of that one out-of-memory, not one of its own.
+    pub attempt: bool,
 }
 
 /// Bytes and allocation count attributed to one stack.
@@ -115,6 +118,9 @@ pub struct CaptureStats {
     /// signal); `None` for traces of older shims and processes still running or killed
     /// by SIGKILL.
     pub ending: Option<Ending>,
+    /// Recording stopped before the process ended (a write to the trace failed): why, and
+    /// when (ns since the trace started).
+    pub stopped: Option<(gpumemprof_format::StopReason, u64)>,
 }
 
 /// What NVML said about one device over the run, next to what the hooks tracked.

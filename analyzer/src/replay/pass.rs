@@ -28,6 +28,9 @@ pub struct Replayed {
     pub failed_frees: u64,
     /// The first `MAX_KEPT_FAILURES` failed allocations, in trace order.
     pub failures: Vec<FailedAlloc>,
+    /// Out-of-memory errors: failed allocations with out-of-memory, a framework allocator's
+    /// refusal and the failed CUDA calls it made before it counted once (`attempts`).
+    pub out_of_memory_errors: u64,
     /// Allocations live at the end of the trace, in no particular order (reservations and
     /// VMM handles included: filter on `kind.is_memory()`).
     pub live: Vec<LiveAlloc>,
@@ -59,6 +62,10 @@ pub struct Replay {
     unknown_frees: u64,
     failed_frees: u64,
     failures: Vec<FailedAlloc>,
+    /// Out-of-memory failures, and those that were a refusal's attempts.
+    out_of_memory: u64,
+    refusal_attempts: u64,
+    attempts: super::attempts::Attempts,
     /// The fast hasher while replaying; `Replayed` gets a std map.
     stacks: FastMap<u64, StackInfo>,
     /// Stacks defined but not used yet: the only ones an event can set `first_use_ns` of.
@@ -145,6 +152,10 @@ impl Replay {
                 self.saw_time(e.time_ns);
                 self.pipeline.ending = Some(e.ending);
             }
+            Record::Stopped(r) => {
+                self.saw_time(r.time_ns);
+                self.pipeline.stopped = Some((r.reason, r.time_ns));
+            }
             Record::Sample(m) => self.sample(&m),
             Record::PyCode(c) => {
                 self.python.insert(c.id, c);
@@ -162,6 +173,7 @@ impl Replay {
     /// A framework tensor: an allocation or free of the `Tensor` kind (its own address
     /// space and rows), and the allocator's figures on its device.
     fn tensor(&mut self, t: &Tensor) {
+        self.attempts.tensor(t.tid);
         let figures = match (self.allocators.iter())
             .position(|f| (f.device, f.framework) == (t.device, t.framework))
         {
@@ -437,7 +449,8 @@ impl Replay {
         self.used_stack(f.stack, f.time_ns);
         self.row(f.device, f.kind).counters.failed_allocations += 1;
         self.totals.failed_allocations += 1;
-        if self.failures.len() < MAX_KEPT_FAILURES {
+        let index = self.failures.len();
+        if index < MAX_KEPT_FAILURES {
             self.failures.push(FailedAlloc {
                 time_ns: f.time_ns,
                 api: f.api,
@@ -446,7 +459,22 @@ impl Replay {
                 kind: f.kind,
                 result: f.result,
                 stack: f.stack,
+                attempt: false,
             });
+        }
+        if f.result != gpumemprof_format::OUT_OF_MEMORY {
+            return;
+        }
+        self.out_of_memory += 1;
+        if f.kind != MemKind::Tensor {
+            self.attempts.failed(f.tid, index as u64);
+            return;
+        }
+        for i in self.attempts.refused(f.tid) {
+            self.refusal_attempts += 1;
+            if let Some(a) = self.failures.get_mut(i as usize) {
+                a.attempt = true;
+            }
         }
     }
 
@@ -481,6 +509,7 @@ impl Replay {
             unknown_frees: self.unknown_frees,
             failed_frees: self.failed_frees,
             failures: self.failures,
+            out_of_memory_errors: self.out_of_memory - self.refusal_attempts,
             live,
             stacks: self.stacks.into_iter().collect(),
             modules: self.modules,

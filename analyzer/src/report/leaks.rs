@@ -169,7 +169,14 @@ pub fn build(
 pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
     let when = report.trace.live_when();
-    if let Some(sig) = report.trace.died_of() {
+    if let Some(s) = &report.trace.stopped {
+        writeln!(
+            out,
+            "Recording stopped at {} ({}): \"live\" means live then, not leaked at exit.",
+            units::secs(s.time_ns),
+            s.words
+        )?;
+    } else if let Some(sig) = report.trace.died_of() {
         writeln!(
             out,
             "The process was ended by {sig}: \"live at end\" means live when the process \

@@ -69,9 +69,16 @@ pub fn starting_at_site(frames: &[Frame]) -> &[Frame] {
 }
 
 /// The site: the first frame outside the framework and the interpreter (innermost
-/// first); `None` when every frame is theirs (or there are none).
+/// first); when every frame is theirs, the frame that names a library's workspace, else
+/// the autograd node (`torch_frames`); `None` when there is none of these.
 pub fn site(frames: &[Frame]) -> Option<&Frame> {
-    frames.iter().find(|f| !is_framework(f))
+    frames.iter().find(|f| !is_framework(f)).or_else(|| {
+        // No line of the user's (autograd's backward threads run none): what PyTorch says
+        // the memory is, a library's workspace, else the autograd node that made it.
+        ["workspace", "autograd_node"]
+            .iter()
+            .find_map(|role| frames.iter().find(|f| f.role == Some(role)))
+    })
 }
 
 /// A kind in text: `tensors`, or `device memory`.

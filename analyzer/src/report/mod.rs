@@ -69,6 +69,9 @@ pub struct TraceInfo {
     pub dropped: u64,
     /// Time of the last record, ns since the trace started.
     pub duration_ns: u64,
+    /// Recording stopped before the process ended (a write to the trace failed): null
+    /// otherwise. What came after it is not in the trace.
+    pub stopped: Option<StoppedInfo>,
     /// Which level the allocations are (tensors or an allocator's segments), from the
     /// header; shown by `summary` as its own `framework` object, not inside `trace`.
     #[serde(skip)]
@@ -111,6 +114,11 @@ impl TraceInfo {
             queue_waits: p.queue_waits,
             dropped: p.dropped,
             duration_ns: p.duration_ns,
+            stopped: p.stopped.map(|(reason, time_ns)| StoppedInfo {
+                time_ns,
+                reason: reason.name(),
+                words: reason.words(),
+            }),
             framework: framework::Framework::from_header(header),
         }
     }
@@ -131,7 +139,15 @@ impl TraceInfo {
             units::secs(self.duration_ns),
             self.events
         )?;
-        if self.dropped > 0 {
+        if let Some(s) = &self.stopped {
+            writeln!(
+                out,
+                "WARNING: recording stopped at {}: {}; what the process did after that is not \
+                 in the trace",
+                units::secs(s.time_ns),
+                s.words
+            )?;
+        } else if self.dropped > 0 {
             writeln!(
                 out,
                 "WARNING: {} events were dropped by the shim: the numbers below undercount",
@@ -169,6 +185,16 @@ impl TraceInfo {
             )
         })
     }
+}
+
+/// `trace.stopped` of the JSON reports: `{"time_ns": 1208000000, "reason": "file_size_limit"}`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct StoppedInfo {
+    pub time_ns: u64,
+    /// `file_size_limit`, `no_space` or `write_error`.
+    pub reason: &'static str,
+    #[serde(skip)]
+    pub words: &'static str,
 }
 
 /// `trace.ending` of the JSON reports: `{"how": "signal", "signal": 11, "name": "SIGSEGV"}`
@@ -214,6 +240,9 @@ impl TraceInfo {
         if let Some(sig) = self.died_of() {
             return format!("ended by {sig}");
         }
+        if self.stopped.is_some() && self.ending.is_none() {
+            return "not recorded to its end (recording stopped)".to_string();
+        }
         match (&self.ending, self.complete) {
             (Some(EndingInfo::Exit { status }), true) if *status != 0 => {
                 format!("exited with status {status}")
@@ -231,6 +260,8 @@ impl TraceInfo {
     pub fn live_when(&self) -> &'static str {
         if self.died_of().is_some() {
             "when the process died"
+        } else if self.stopped.is_some() {
+            "when recording stopped"
         } else if self.complete {
             "at exit"
         } else if self.running {

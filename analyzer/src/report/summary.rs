@@ -25,6 +25,9 @@ pub struct SummaryReport {
     pub failed_frees: u64,
     /// Allocation calls that returned an error, all rows.
     pub failed_allocations: u64,
+    /// Out-of-memory errors: failed allocations with out-of-memory, where a framework
+    /// allocator's refusal and the failed CUDA calls it made just before it count once.
+    pub out_of_memory_errors: u64,
     /// What NVML saw this process use per device, against what the hooks tracked;
     /// empty when the trace has no NVML samples.
     pub nvml: Vec<NvmlRow>,
@@ -194,6 +197,7 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
         unknown_frees: r.unknown_frees,
         failed_frees: r.failed_frees,
         failed_allocations: r.totals.failed_allocations,
+        out_of_memory_errors: r.out_of_memory_errors,
         nvml: r
             .nvml
             .iter()
@@ -255,18 +259,36 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
         }
     }
     writeln!(out)?;
+    // With tensors, these totals are the segments (reserved), not what the tensors hold.
+    let what = if report.allocators.is_empty() {
+        ""
+    } else {
+        "memory from CUDA (segments and other allocations): "
+    };
     writeln!(
         out,
-        "peak {} at {}; live at end {}",
+        "{what}peak {} at {}; live at end {}",
         units::bytes_exact(report.totals.peak_bytes),
         units::secs(report.totals.peak_time_ns),
         units::bytes_exact(report.totals.live_bytes_at_end)
     )?;
-    writeln!(
+    write!(
         out,
         "unknown frees {}, failed frees {}, failed allocations {}",
         report.unknown_frees, report.failed_frees, report.failed_allocations
     )?;
+    if report.out_of_memory_errors > 0 {
+        write!(
+            out,
+            " ({}; a framework's refusal and the failed CUDA calls before it count once)",
+            units::plural(
+                report.out_of_memory_errors,
+                "out-of-memory error",
+                "out-of-memory errors"
+            )
+        )?;
+    }
+    writeln!(out)?;
     for n in &report.nvml {
         if n.missed_peak() {
             // Comparing with a sample from before the rise would blame the hooks.
@@ -308,12 +330,19 @@ fn allocator_line(a: &AllocatorRow) -> String {
     } else {
         "PyTorch caching allocator"
     };
+    // The peaks first: what PyTorch's max_memory_allocated() and max_memory_reserved() say.
     let mut s = format!(
-        "{name}, device {}: {} tensors allocated, {} freed; peak allocated {}",
+        "{name}, device {}: peak allocated {}",
         units::device(a.device),
-        a.tensor_allocations,
-        a.tensor_frees,
-        b(a.allocated_peak_bytes)
+        units::bytes_exact(a.allocated_peak_bytes)
+    );
+    if !tf {
+        s += &format!(", peak reserved {}", b(a.reserved_peak_bytes));
+    }
+    s += &format!(
+        "; {} allocated, {} freed",
+        units::plural(a.tensor_allocations, "tensor", "tensors"),
+        a.tensor_frees
     );
     if tf {
         s += &format!(
@@ -322,9 +351,7 @@ fn allocator_line(a: &AllocatorRow) -> String {
         );
     } else {
         s += &format!(
-            ", peak reserved {}; at its last tensor event {} allocated, {} reserved ({} cached \
-             in no tensor)",
-            b(a.reserved_peak_bytes),
+            "; at its last tensor event {} allocated, {} reserved ({} cached in no tensor)",
             b(a.allocated_bytes),
             b(a.reserved_bytes),
             b(a.cached_bytes)

@@ -14,6 +14,7 @@ use std::fmt::Write;
 use super::flamegraph::{root_label, xml_escape as esc};
 pub use super::inline_svg::inline_svg;
 use crate::report::leaks::LeaksReport;
+use crate::report::level::MemoryLevel;
 use crate::report::summary::{Counts, SummaryReport};
 use crate::report::TraceInfo;
 use crate::snapshot::{Snapshot, StackBytes};
@@ -97,16 +98,22 @@ pub fn render(p: &Page) -> String {
         esc(&program)
     );
     header(&mut h, p, &program);
+    // A run that died of out-of-memory reads its failure first.
+    let oom = p.timeline.oom_count > 0;
+    h.push_str("<nav><a href=\"#summary\">Summary</a>");
+    if oom {
+        h.push_str("<a href=\"#oom\">Out of memory</a>");
+    }
     h.push_str(
-        "<nav><a href=\"#summary\">Summary</a><a href=\"#timeline\">Timeline</a>\
+        "<a href=\"#timeline\">Timeline</a>\
          <a href=\"#flamegraph\">Flamegraph at the peak</a><a href=\"#peak-sites\">Top sites at the peak</a>\
          <a href=\"#leaks\">Leaks</a>",
     );
-    if p.timeline.oom_count > 0 {
-        h.push_str("<a href=\"#oom\">Out of memory</a>");
-    }
     h.push_str("</nav>\n<main>\n");
     summary(&mut h, p);
+    if oom {
+        ooms(&mut h, p);
+    }
     let _ = write!(
         h,
         "<section id=\"timeline\"><h2>Timeline</h2>\
@@ -126,9 +133,6 @@ pub fn render(p: &Page) -> String {
     );
     peak_sites(&mut h, p);
     leaks(&mut h, p);
-    if p.timeline.oom_count > 0 {
-        ooms(&mut h, p);
-    }
     let _ = write!(
         h,
         "</main>\n<footer>Written by gpumemprof {} from <code>{}</code>. One file: it needs no \
@@ -198,23 +202,44 @@ fn summary(h: &mut String, p: &Page) {
     let s = p.summary;
     let c = &s.totals;
     h.push_str("<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">");
-    card(
-        h,
-        "peak (all memory)",
-        &units::bytes(c.peak_bytes),
-        &format!("{} B at {}", c.peak_bytes, units::secs(c.peak_time_ns)),
-        false,
-    );
-    card(
-        h,
-        "live at end",
-        &units::bytes(c.live_bytes_at_end),
-        &format!(
-            "{} B in {}",
-            c.live_bytes_at_end,
-            units::plural(c.live_allocations_at_end, "allocation", "allocations")
+    // A PyTorch job leads with its tensors (PyTorch's allocated), reserved beside them.
+    match s.allocators.iter().max_by_key(|a| a.allocated_peak_bytes) {
+        Some(a) => card(
+            h,
+            &format!("peak allocated, GPU {}", a.device),
+            &units::bytes(a.allocated_peak_bytes),
+            &format!(
+                "{} B in tensors; peak reserved {}",
+                a.allocated_peak_bytes,
+                units::bytes(a.reserved_peak_bytes)
+            ),
+            false,
         ),
-        c.live_bytes_at_end > 0,
+        None => card(
+            h,
+            "peak (all memory)",
+            &units::bytes(c.peak_bytes),
+            &format!("{} B at {}", c.peak_bytes, units::secs(c.peak_time_ns)),
+            false,
+        ),
+    }
+    let l = p.leaks;
+    let (one, many) = counted(l);
+    let freed_at_exit = l
+        .teardown
+        .as_ref()
+        .map(|t| format!("; {} freed only at exit", units::bytes(t.freed_bytes)))
+        .unwrap_or_default();
+    card(
+        h,
+        "leaked",
+        &units::bytes(l.total_bytes),
+        &format!(
+            "{} B in {}{freed_at_exit}",
+            l.total_bytes,
+            units::plural(l.total_count, one, many)
+        ),
+        l.total_bytes > 0,
     );
     card(
         h,
@@ -230,9 +255,9 @@ fn summary(h: &mut String, p: &Page) {
     card(
         h,
         "out of memory",
-        &p.timeline.oom_count.to_string(),
+        &s.out_of_memory_errors.to_string(),
         &format!("{} failed allocation calls in all", s.failed_allocations),
-        p.timeline.oom_count > 0,
+        s.out_of_memory_errors > 0,
     );
     if let Some(n) = s.nvml.iter().max_by_key(|n| n.peak_used_bytes) {
         card(
@@ -414,16 +439,26 @@ fn leaks(h: &mut String, p: &Page) {
         (Some(sig), _) => {
             format!("when the process died (ended by {sig}: this is not necessarily leaked)")
         }
-        (None, true) => "at exit".to_string(),
+        (None, true) => match &l.teardown {
+            Some(t) => format!(
+                "when the program's code finished ({} of it freed only afterwards, by the \
+                 interpreter's teardown: {})",
+                units::bytes(t.freed_bytes),
+                t.function
+            ),
+            None => "at exit".to_string(),
+        },
         (None, false) => "when the trace stopped (the process did not exit cleanly: this is not \
                           necessarily leaked)"
             .to_string(),
     };
+    let (one, many) = counted(l);
     let _ = write!(
         h,
-        "<p class=\"note\">{} in {} live {when}, grouped by call stack and kind, largest first.</p>",
+        "<p class=\"note\">{} in {} live {}, grouped by call stack and kind, largest first.</p>",
         esc(&units::bytes_exact(l.total_bytes)),
-        units::plural(l.total_count, "allocation", "allocations")
+        units::plural(l.total_count, one, many),
+        esc(&when)
     );
     if l.groups.is_empty() {
         h.push_str("<p>Nothing was live at the end.</p></section>\n");
@@ -461,6 +496,14 @@ fn leaks(h: &mut String, p: &Page) {
         );
     }
     h.push_str("</section>\n");
+}
+
+/// What a leaks report counts, one and many: tensors, or allocations.
+fn counted(l: &LeaksReport) -> (&'static str, &'static str) {
+    match l.level {
+        MemoryLevel::Tensors => ("tensor", "tensors"),
+        MemoryLevel::Segments => ("allocation", "allocations"),
+    }
 }
 
 fn ooms(h: &mut String, p: &Page) {

@@ -5,7 +5,7 @@
 use crate::packed::Running;
 use crate::record::{
     Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, PyCode, Record,
-    Sample, Stats, Tensor, MAX_NVTX_STRING, MAX_PY_STRING,
+    Sample, Stats, StopReason, StoppedRecord, Tensor, MAX_NVTX_STRING, MAX_PY_STRING,
 };
 use crate::varint::{leading, quick, unzigzag, Cursor, DecodeError};
 use crate::{kind, MAX_STACK_FRAMES};
@@ -28,6 +28,7 @@ fn kind_name(k: u8) -> &'static str {
         kind::PACKED_ALLOC => "packed alloc",
         kind::PACKED_FREE => "packed free",
         kind::ENDING => "ending",
+        kind::STOPPED => "stopped",
         kind::TENSOR => "tensor",
         _ => "unknown",
     }
@@ -509,6 +510,18 @@ pub fn decode(
                 _ => return Err(f.out_of_range("how", how.into())),
             };
             Record::Ending(EndingRecord { time_ns, ending })
+        }
+        kind::STOPPED => {
+            let time_ns = f.u64("time")?;
+            let reason: u8 = f.uint("reason")?;
+            let reason = StopReason::from_u8(reason)
+                .ok_or_else(|| f.out_of_range("reason", reason.into()))?;
+            let errno = f.uint("errno")?;
+            Record::Stopped(StoppedRecord {
+                time_ns,
+                reason,
+                errno,
+            })
         }
         kind::STATS | kind::END => {
             let s = Stats {

@@ -16,8 +16,12 @@
 //!
 //! The consumer is whoever holds the writer lock (`Pipeline::core`): the writer thread,
 //! or a thread writing late events after shutdown. A thread that exits marks its ring
-//! retired (a `pthread_key` destructor, in `thread.rs`); once drained, the ring is free and the next
-//! new thread reuses it, so memory stays bounded by the number of threads alive at once.
+//! retired (a `pthread_key` destructor, in `thread.rs`); once drained, the ring is free and
+//! the next new thread reuses it. A new thread that finds no free ring takes a retired one
+//! still holding events: under the registry's lock, which the consumer holds too while it
+//! drains, it moves those events to the registry's spill list (drained first next time)
+//! and reuses the ring. So however fast short-lived threads come and go, the rings are
+//! bounded by the threads alive at once, not by how many ended since the last drain.
 
 use crate::sys::event::Event;
 use std::cell::{Cell, UnsafeCell};
@@ -196,38 +200,65 @@ fn prefetch_for_read<T>(p: *const T) {
 
 /// Every ring of one pipeline; rings are never freed (a free one is reused).
 pub struct Registry {
-    rings: parking_lot::Mutex<Vec<&'static Ring>>,
+    rings: parking_lot::Mutex<Rings>,
     capacity: usize,
+}
+
+struct Rings {
+    all: Vec<&'static Ring>,
+    /// Events of retired rings taken for a new thread before the consumer drained them.
+    spilled: Vec<(u32, Event)>,
 }
 
 impl Registry {
     pub fn new(capacity: usize) -> Registry {
         Registry {
-            rings: parking_lot::Mutex::new(Vec::new()),
+            rings: parking_lot::Mutex::new(Rings {
+                all: Vec::new(),
+                spilled: Vec::new(),
+            }),
             capacity,
         }
     }
 
-    /// A ring for thread `tid`: a free one, or a new one; None if none can be had.
+    /// A ring for thread `tid`: a free one, else a retired one whose events are spilled
+    /// (see the module comment), else a new one; None if none can be had.
     pub fn claim(&self, tid: u32) -> Option<&'static Ring> {
         let mut rings = self.rings.lock();
-        if let Some(r) = rings.iter().find(|r| r.claim_if_free(tid)) {
+        if let Some(r) = rings.all.iter().find(|r| r.claim_if_free(tid)) {
             return Some(r);
         }
-        rings.try_reserve(1).ok()?;
+        let Rings { all, spilled } = &mut *rings;
+        if let Some(r) = all
+            .iter()
+            .find(|r| r.state.load(Ordering::Acquire) == RETIRED)
+        {
+            let owner = r.tid();
+            spilled.try_reserve(r.capacity() as usize).ok()?;
+            // SAFETY: the registry's lock is held, and the consumer drains only under it.
+            unsafe { r.drain(|e| spilled.push((owner, *e))) };
+            if r.claim_if_free(tid) {
+                return Some(r);
+            }
+        }
+        all.try_reserve(1).ok()?;
         let ring: &'static Ring = Box::leak(Box::new(Ring::new(self.capacity, tid)?));
-        rings.push(ring);
+        all.push(ring);
         Some(ring)
     }
 
-    /// Drains every ring into `f(tid, event)`; returns the number of events.
+    /// Drains the spilled events, then every ring, into `f(tid, event)`; returns the
+    /// number of events.
     ///
     /// # Safety
     /// The caller holds the writer lock (one consumer at a time).
     pub unsafe fn drain_all(&self, mut f: impl FnMut(u32, &Event)) -> usize {
-        let rings = self.rings.lock();
-        let mut n = 0;
-        for r in rings.iter() {
+        let mut rings = self.rings.lock();
+        let mut n = rings.spilled.len();
+        for (tid, e) in rings.spilled.drain(..) {
+            f(tid, &e);
+        }
+        for r in rings.all.iter() {
             let tid = r.tid();
             n += r.drain(|e| f(tid, e));
         }
@@ -237,7 +268,7 @@ impl Registry {
     /// Rings allocated so far (for tests).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.rings.lock().len()
+        self.rings.lock().all.len()
     }
 }
 
@@ -275,23 +306,27 @@ mod tests {
     }
 
     #[test]
-    fn a_retired_ring_is_reused_after_its_last_drain() {
+    fn a_retired_ring_is_reused_at_once_its_events_spilled_for_the_consumer() {
         let reg = Registry::new(64);
         let a = reg.claim(1).unwrap();
         // SAFETY: this thread acts as both owner and consumer.
         unsafe {
             a.push(&ev(1)).unwrap();
+            a.push(&ev(2)).unwrap();
             a.retire();
-            // Not free before its events are drained.
+            // Thread 1 exited before a drain: thread 2 gets its ring, and its events wait
+            // in the spill list under thread 1's id.
             let b = reg.claim(2).unwrap();
-            assert!(!std::ptr::eq(a, b));
+            assert!(std::ptr::eq(a, b));
+            assert_eq!(b.tid(), 2);
+            b.push(&ev(3)).unwrap();
             let mut seen = Vec::new();
-            assert_eq!(reg.drain_all(|tid, e| seen.push((tid, e.time_ns))), 1);
-            assert_eq!(seen, vec![(1, 1)]);
+            assert_eq!(reg.drain_all(|tid, e| seen.push((tid, e.time_ns))), 3);
+            assert_eq!(seen, vec![(1, 1), (1, 2), (2, 3)]);
+            // An owned ring is never taken.
+            let c = reg.claim(3).unwrap();
+            assert!(!std::ptr::eq(a, c));
         }
-        let c = reg.claim(3).unwrap();
-        assert!(std::ptr::eq(a, c));
-        assert_eq!(c.tid(), 3);
         assert_eq!(reg.len(), 2);
     }
 

@@ -83,13 +83,10 @@ impl Slots {
 
     #[cold]
     fn resolve_next(&self) -> Option<*mut c_void> {
-        let mut p = dl::lookup(libc::RTLD_NEXT, self.name);
-        if p.is_null() {
-            // The library is loaded, but not where RTLD_NEXT looks: a library opened with
-            // RTLD_LOCAL (ctypes, a Python extension) links it, and its call bound to our
-            // export because preloaded objects come first in every lookup.
-            p = dl::find_local(self.name);
-        }
+        // Where RTLD_NEXT does not look, the library may still be loaded: a library opened
+        // with RTLD_LOCAL (ctypes, a Python extension) links it, and its call bound to our
+        // export because preloaded objects come first in every lookup.
+        let p = dl::next_definition(self.name);
         if p.is_null() {
             return None;
         }
@@ -210,13 +207,15 @@ hook_list!(hook_wrappers);
 
 /// The `dlsym` door: `p` is what the real `dlsym(handle, name)` returned. For an exact
 /// hooked name, binds `p` as the real function and returns the wrapper; the wrappers
-/// themselves and functions of other libraries under the same name (a second binding)
-/// are returned untouched.
+/// themselves, functions of other libraries under the same name (a second binding), and
+/// everything while another copy of the shim records (`session::one_copy`) are returned
+/// untouched.
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string.
 pub unsafe fn substitute(name: *const c_char, p: *mut c_void) -> *mut c_void {
-    if p.is_null() || name.is_null() {
+    // Another copy of the shim records: hand out what the lookup found.
+    if p.is_null() || name.is_null() || crate::session::standing_down() {
         return p;
     }
     // Every hooked name starts with "cu" or "hip": one byte rejects nearly all lookups.

@@ -61,9 +61,10 @@ pub unsafe fn resolve_v2(
 /// The driver's real functions are bound once, from the resolver's own library.
 static BOUND_DRIVER: AtomicBool = AtomicBool::new(false);
 
-/// The wrapper for `p` if it is a bound real driver function; else `p`.
+/// The wrapper for `p` if it is a bound real driver function; else `p` (always while
+/// another copy of the shim records).
 fn substitute(real_resolver: *mut c_void, p: *mut c_void) -> *mut c_void {
-    if p.is_null() {
+    if p.is_null() || crate::session::standing_down() {
         return p;
     }
     if !BOUND_DRIVER.load(Ordering::Acquire) {

@@ -7,6 +7,7 @@ use super::unfinished;
 use crate::capture::thread::Guard;
 use crate::sys::diag::{say, warn};
 use crate::sys::dl;
+use crate::writer::Written;
 use gpumemprof_format::Ending;
 use std::ffi::{c_int, c_void, CStr};
 use std::time::Duration;
@@ -33,6 +34,22 @@ fn finish_trace(status: c_int) {
     p.set_ending(Ending::Exit(status));
     match p.shutdown(EXIT_FLUSH_TIMEOUT) {
         Some(w) if w.path.is_empty() => {}
+        Some(Written {
+            stopped: Some((reason, at)),
+            ref path,
+            events,
+            dropped,
+            ..
+        }) => say(&format!(
+            "wrote {} events to {}, then recording stopped at {}.{:03} s: {}; {} later events \
+                 are not in the trace",
+            events,
+            path,
+            at / 1_000_000_000,
+            at / 1_000_000 % 1000,
+            reason.words(),
+            dropped
+        )),
         Some(w) if w.out_of_memory > 0 => say(&format!(
             "wrote {} events to {}; {} failed for lack of memory: see why with: gpumemprof oom {}",
             w.events,

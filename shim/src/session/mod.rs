@@ -28,8 +28,11 @@
 
 mod exit;
 mod fork;
+mod one_copy;
 mod signals;
 mod start;
+
+pub use one_copy::standing_down;
 
 use crate::writer::Pipeline;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
@@ -96,7 +99,7 @@ pub fn trace_path() -> Option<&'static std::ffi::CStr> {
 /// it) is in the file, so a crash right after loses nothing.
 pub fn after_oom() {
     if let Some(p) = recording() {
-        p.flush_now(OOM_FLUSH_TIMEOUT);
+        p.flush_after_oom(OOM_FLUSH_TIMEOUT);
     }
 }
 
@@ -120,8 +123,16 @@ fn init_slow() -> Option<&'static Pipeline> {
             }
         }
     }
+    if standing_down() {
+        crate::sys::diag::warn(&one_copy::warning());
+        STATE.store(DISABLED, Ordering::Release);
+        return None;
+    }
     match start::start() {
         Some(p) => {
+            if let Some(w) = one_copy::others_warning() {
+                crate::sys::diag::warn(&w);
+            }
             STATE.store(ACTIVE, Ordering::Release);
             Some(p)
         }
@@ -136,6 +147,7 @@ extern "C" fn constructor() {
     // Find the real dlsym/dlvsym now, while nothing else runs: the overrides then
     // never take their slow path.
     let _ = std::panic::catch_unwind(crate::sys::dl::prime);
+    let _ = std::panic::catch_unwind(one_copy::decide);
     exit::register();
     // SAFETY: registering plain extern "C" functions without captured state.
     unsafe {

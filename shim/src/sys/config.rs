@@ -148,12 +148,12 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_QUEUE_CAPACITY",
         default: "16384",
-        doc: "Events each recording thread's buffer holds (64 to 1048576, rounded up to a power of two; 64 bytes per event, allocated at the thread's first event and reused by a later thread once it exits). A full buffer makes its thread wait for the writer; waits are counted in the trace.",
+        doc: "Events each recording thread's buffer holds (64 to 1048576, rounded up to a power of two; 64 bytes per event, allocated at the thread's first event and reused by a later thread once it exits, at once even when the writer has not collected its events yet: the buffers are bounded by the threads alive at once). A full buffer makes its thread wait for the writer; waits are counted in the trace.",
     },
     Var {
         name: "GPUMEMPROF_NVML_MS",
         default: "500",
-        doc: "Interval, in milliseconds (0 = off, else 10 to 60000), at which the writer thread asks NVML (`libnvidia-ml.so.1`, loaded only if present) how much device memory this process uses, and again right after 16 MiB or more of device memory was allocated since the last sample (at most every 10 ms), so a rise between two samples is seen; reports set it against what the hooks saw (the CUDA context, library workspaces). Without NVML nothing is recorded and nothing is printed.",
+        doc: "Interval, in milliseconds (0 = off, else 10 to 60000), at which the writer thread asks NVML (`libnvidia-ml.so.1`, loaded only if present) how much device memory this process uses, and again right after 16 MiB or more of device memory was allocated since the last sample (at most every 10 ms), so a rise between two samples is seen, and right after an allocation fails with out-of-memory (while the failing thread waits for its flush: PyTorch's message's process memory); reports set it against what the hooks saw (the CUDA context, library workspaces). Without NVML nothing is recorded and nothing is printed.",
     },
     Var {
         name: "GPUMEMPROF_MODE",

@@ -86,12 +86,23 @@ pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void>
     if !p.is_null() {
         return Some(p);
     }
-    let mut p = lookup(libc::RTLD_NEXT, name);
-    if p.is_null() {
-        p = find_local(name);
-    }
+    let p = next_definition(name);
     slot.store(if p.is_null() { ABSENT } else { p }, Ordering::Release);
     (!p.is_null()).then_some(p)
+}
+
+/// Every copy of the shim exports this name (`session::one_copy`).
+pub const SHIM_MARK: &CStr = c"gpumemprof_session_mark";
+
+/// The real definition of `name` after the shim: `RTLD_NEXT`, else one in a library
+/// `RTLD_NEXT` cannot see (`find_local`); never one of another copy of the shim (whose
+/// export would call ours back as its own "next"). NULL if there is none.
+pub fn next_definition(name: &CStr) -> *mut c_void {
+    let p = lookup(libc::RTLD_NEXT, name);
+    if !p.is_null() && !elf::in_shim_copy(p) {
+        return p;
+    }
+    find_local(name)
 }
 
 /// A lookup cache's mark of a name with no definition (never an address): `next_cached`'s
@@ -124,7 +135,7 @@ pub fn prime() {
 }
 
 /// Reading a loaded object's dynamic symbol table.
-mod elf {
+pub mod elf {
     use std::ffi::{c_int, c_void, CStr};
 
     const DT_NULL: i64 = 0;
@@ -185,6 +196,99 @@ mod elf {
         s.found
     }
 
+    /// Whether `p` lies in an object that defines `SHIM_MARK`: a copy of the shim.
+    pub fn in_shim_copy(p: *mut c_void) -> bool {
+        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+        // SAFETY: valid out-pointer; dladdr only reads the loader's tables.
+        if unsafe { libc::dladdr(p, info.as_mut_ptr()) } == 0 {
+            return false;
+        }
+        // SAFETY: dladdr succeeded, so it filled `info`.
+        let base = unsafe { info.assume_init() }.dli_fbase as u64;
+        let mut s = Marked {
+            base,
+            marked: false,
+        };
+        // SAFETY: as in `find_in_loaded`.
+        unsafe { libc::dl_iterate_phdr(Some(visit_marked), &mut s as *mut Marked as *mut c_void) };
+        s.marked
+    }
+
+    /// The paths of the loaded objects that define `name`, other than the one at `not_at`.
+    pub fn paths_defining(name: &CStr, not_at: *const c_void) -> Vec<String> {
+        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+        // SAFETY: valid out-pointer; dladdr only reads the loader's tables.
+        let skip = if unsafe { libc::dladdr(not_at, info.as_mut_ptr()) } != 0 {
+            // SAFETY: dladdr succeeded, so it filled `info`.
+            unsafe { info.assume_init() }.dli_fbase as u64
+        } else {
+            0
+        };
+        let mut s = Defining {
+            name,
+            skip,
+            paths: Vec::new(),
+        };
+        // SAFETY: as in `find_in_loaded`.
+        unsafe {
+            libc::dl_iterate_phdr(Some(visit_defining), &mut s as *mut Defining as *mut c_void)
+        };
+        s.paths
+    }
+
+    struct Defining<'a> {
+        name: &'a CStr,
+        skip: u64,
+        paths: Vec<String>,
+    }
+
+    unsafe extern "C" fn visit_defining(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        let s = &mut *(data as *mut Defining);
+        let info = &*info;
+        if info.dlpi_addr != s.skip && !info.dlpi_name.is_null() && defines(info, s.name) {
+            s.paths.push(
+                CStr::from_ptr(info.dlpi_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        0
+    }
+
+    struct Marked {
+        base: u64,
+        marked: bool,
+    }
+
+    /// Finds the object loaded at `base` and whether it defines `SHIM_MARK`.
+    unsafe extern "C" fn visit_marked(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        let s = &mut *(data as *mut Marked);
+        let info = &*info;
+        if info.dlpi_addr != s.base {
+            return 0;
+        }
+        s.marked = defines(info, super::SHIM_MARK);
+        1
+    }
+
+    /// Whether the object of `info` defines `name`.
+    unsafe fn defines(info: &libc::dl_phdr_info, name: &CStr) -> bool {
+        let base = info.dlpi_addr;
+        (0..info.dlpi_phnum as usize).any(|i| {
+            let ph = &*info.dlpi_phdr.add(i);
+            ph.p_type == PT_DYNAMIC
+                && !lookup(base, (base + ph.p_vaddr) as *const Dyn, name).is_null()
+        })
+    }
+
     /// The default-version definition of `name` in the first of `libraries` (matched
     /// by file name) that is loaded and defines it; NULL if none does.
     pub fn find_in_loaded(libraries: &[&CStr], name: &CStr) -> *mut c_void {
@@ -218,9 +322,14 @@ mod elf {
         let path = CStr::from_ptr(info.dlpi_name).to_bytes();
         let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
         match s.any_but {
-            // The main program (empty name), the vDSO and the excluded object are skipped.
+            // The main program (empty name), the vDSO, the excluded object and every copy
+            // of the shim are skipped.
             Some(skip) => {
-                if file.is_empty() || info.dlpi_addr == skip || !path.contains(&b'/') {
+                if file.is_empty()
+                    || info.dlpi_addr == skip
+                    || !path.contains(&b'/')
+                    || defines(info, super::SHIM_MARK)
+                {
                     return 0;
                 }
             }

@@ -17,8 +17,8 @@ use crate::sys::clock;
 use crate::sys::diag::{say, warn};
 use crate::sys::event::{Event, EventKind, OUT_OF_MEMORY, TENSOR_FREE};
 use gpumemprof_format::{
-    Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, Stats, Tensor,
-    TraceWriter, BLOCK_FLUSH_BYTES,
+    Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, Stats,
+    StopReason, StoppedRecord, Tensor, TraceWriter, BLOCK_FLUSH_BYTES,
 };
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
@@ -53,13 +53,17 @@ pub struct WriterCore {
     pub(super) module_gen: (u64, u64),
     pub(super) known_modules: HashSet<(u64, String)>,
     pub(super) events: u64,
-    /// Allocations that failed for lack of memory (for the exit line's advice).
-    pub(super) out_of_memory: u64,
+    /// Out-of-memory errors (for the exit line's advice).
+    pub(super) out_of_memory: super::oom_count::OomCount,
     /// Device memory allocated since `take_device_allocated` (when to sample NVML).
     device_allocated: u64,
     pub(super) dropped: u64,
     pub(super) last_flush_ns: u64,
     pub(super) io_failed: bool,
+    /// Why and when recording stopped, when a write failed.
+    pub(super) stopped: Option<(StopReason, u64)>,
+    /// Events encoded into the current block.
+    block_events: u64,
 }
 
 impl WriterCore {
@@ -94,11 +98,13 @@ impl WriterCore {
             module_gen: (0, 0),
             known_modules: HashSet::new(),
             events: 0,
-            out_of_memory: 0,
+            out_of_memory: Default::default(),
             device_allocated: 0,
             dropped: 0,
             last_flush_ns: start_ns,
             io_failed: false,
+            stopped: None,
+            block_events: 0,
         };
         let modules = core.refresh_modules(start_ns);
         (core, modules)
@@ -294,8 +300,10 @@ impl WriterCore {
             Sink::File(out) => {
                 // Counted as written: the flight recorder's events come through here once
                 // more when it dumps them.
-                if matches!(&p, Pending::Failed(f) if f.result == OUT_OF_MEMORY) {
-                    self.out_of_memory += 1;
+                match &p {
+                    Pending::Failed(f) => self.out_of_memory.failed(f),
+                    Pending::Tensor(t) => self.out_of_memory.tensor(t),
+                    _ => {}
                 }
                 let enc = out.encoder();
                 match p {
@@ -307,6 +315,7 @@ impl WriterCore {
                     Pending::Tensor(x) => enc.tensor(&x),
                 }
                 self.events += 1;
+                self.block_events += 1;
                 if enc.len() >= BLOCK_FLUSH_BYTES {
                     self.flush_block();
                 }
@@ -386,25 +395,56 @@ impl WriterCore {
         }
     }
 
-    /// Compresses and writes the current block with one write(2). On an I/O error
-    /// (disk full, file removed) writing stops for good and later events are counted
-    /// as dropped: a half-written block in the middle would hide every later one.
+    /// Compresses and writes the current block with one write(2), never raising SIGXFSZ
+    /// in the program (`output::without_sigxfsz`). On an I/O error (file size limit, disk
+    /// full, file removed) writing stops for good and later events are counted as dropped:
+    /// the part of the block that was written is cut off (a half-written block in the
+    /// middle would hide every later one), and a last small block says why, with a
+    /// `Stopped` and an End record, when the file takes that much.
     pub(super) fn flush_block(&mut self) {
         let Sink::File(out) = &mut self.sink else {
             return;
         };
+        // Events (not stack, module or counter records) in the block, for `dropped`.
+        let events = std::mem::take(&mut self.block_events);
         if self.io_failed {
-            self.dropped += out.encoder().records();
+            self.dropped += events;
             out.encoder().clear();
             return;
         }
-        if let Err(e) = out.flush_block() {
+        if let Err(e) = output::without_sigxfsz(|| out.flush_block()) {
             self.io_failed = true;
-            self.dropped += out.encoder().records();
-            out.encoder().clear();
+            self.dropped += events;
+            let reason = StopReason::of_errno(e.raw_os_error().unwrap_or(0));
+            let now = clock::now_ns().saturating_sub(self.start_ns);
+            self.stopped = Some((reason, now));
+            let whole = out.written();
+            let cut = |out: &mut TraceWriter<File>| {
+                use std::io::Seek;
+                let file = out.get_mut();
+                file.set_len(whole)
+                    .and_then(|()| file.seek(std::io::SeekFrom::Start(whole)).map(|_| ()))
+            };
+            let _ = cut(out);
+            let stats = Stats {
+                time_ns: now,
+                events: self.events.saturating_sub(self.dropped),
+                queue_waits: 0,
+                dropped: self.dropped,
+            };
+            out.encoder().stopped(&StoppedRecord {
+                time_ns: now,
+                reason,
+                errno: e.raw_os_error().unwrap_or(0) as u32,
+            });
+            out.encoder().end(&stats);
+            if output::without_sigxfsz(|| out.flush_block()).is_err() {
+                let _ = cut(out);
+            }
             warn(&format!(
-                "cannot write to the trace file {}: {e}; recording stops here",
-                self.path
+                "cannot write to the trace file {}: {e}; recording stops here ({})",
+                self.path,
+                reason.words()
             ));
         }
     }

@@ -8,6 +8,7 @@ pub mod bench;
 mod core;
 mod membarrier;
 pub mod nvml;
+mod oom_count;
 pub mod output;
 mod pending;
 pub mod pipeline;
@@ -15,4 +16,4 @@ mod recorder;
 mod run;
 
 pub use self::core::WriterCore;
-pub use pipeline::Pipeline;
+pub use pipeline::{Pipeline, Written};

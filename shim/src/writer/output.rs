@@ -74,9 +74,45 @@ pub fn open_trace(
 ) -> Result<(TraceWriter<File>, String), OpenError> {
     let (file, path) = create_exclusive(wanted).map_err(OpenError::Create)?;
     header["path"] = serde_json::Value::String(path.clone());
-    match TraceWriter::new(file, &header, ZSTD_LEVEL) {
+    match without_sigxfsz(|| TraceWriter::new(file, &header, ZSTD_LEVEL)) {
         Ok(w) => Ok((w, path)),
         Err(e) => Err(OpenError::Header(path, e)),
+    }
+}
+
+/// Runs `write` (the shim's write to its trace) so that it can never raise SIGXFSZ in the
+/// program: past a file size limit (`ulimit -f`) the kernel sends that signal to the
+/// writing thread, and its default action would end the job. The signal is blocked on this
+/// thread for the call, so the write fails with `EFBIG` instead, and a SIGXFSZ it left
+/// pending is taken back before the mask is restored. The program's own writes still get
+/// the signal as before.
+pub fn without_sigxfsz<T>(write: impl FnOnce() -> T) -> T {
+    // SAFETY: plain signal-set and mask calls on valid, initialised sets.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGXFSZ);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        let masked = libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) == 0;
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        let was_pending =
+            libc::sigpending(&mut before) == 0 && libc::sigismember(&before, libc::SIGXFSZ) == 1;
+        let r = write();
+        if masked {
+            let mut after: libc::sigset_t = std::mem::zeroed();
+            if !was_pending
+                && libc::sigpending(&mut after) == 0
+                && libc::sigismember(&after, libc::SIGXFSZ) == 1
+            {
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                libc::sigtimedwait(&block, std::ptr::null_mut(), &zero);
+            }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        r
     }
 }
 

@@ -67,6 +67,9 @@ pub struct Pipeline {
     pub(super) writer_finished: AtomicBool,
     /// `gpumemprof_flush()` requests and the writer's acknowledgements.
     pub(super) flush_requests: AtomicU64,
+    /// An out-of-memory asked for an NVML sample now (its process usage at the failure, as
+    /// PyTorch's message gives it).
+    pub(super) nvml_asked: AtomicBool,
     pub(super) flush_done: AtomicU64,
     pub(super) flush_ns: u64,
     pub(super) start_ns: u64,
@@ -107,6 +110,7 @@ impl Pipeline {
             writer_done: AtomicBool::new(false),
             writer_finished: AtomicBool::new(false),
             flush_requests: AtomicU64::new(0),
+            nvml_asked: AtomicBool::new(false),
             flush_done: AtomicU64::new(0),
             flush_ns: flush_ms * 1_000_000,
             start_ns,
@@ -338,6 +342,13 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// `flush_now` after an out-of-memory, with an NVML sample taken first (when NVML is
+    /// sampled at all): the process's usage at the failure is in the trace.
+    pub fn flush_after_oom(&self, timeout: Duration) -> bool {
+        self.nvml_asked.store(true, Ordering::Release);
+        self.flush_now(timeout)
+    }
+
     /// Writes every event pushed so far to the file (not merely queued) and returns
     /// once it is there, or after `timeout` (false).
     pub fn flush_now(&self, timeout: Duration) -> bool {
@@ -393,8 +404,10 @@ impl Pipeline {
         }
         let core = self.core.lock();
         Some(Written {
-            events: core.events,
-            out_of_memory: core.out_of_memory,
+            events: core.events.saturating_sub(core.dropped),
+            stopped: core.stopped,
+            dropped: core.dropped,
+            out_of_memory: core.out_of_memory.errors,
             path: core.path().to_string(),
         })
     }
@@ -402,8 +415,13 @@ impl Pipeline {
 
 /// What a finished trace holds, for the exit line.
 pub struct Written {
+    /// Events in the file (those encoded after a failed write are not).
     pub events: u64,
-    /// Allocations that failed for lack of memory.
+    /// Why and when (ns since start) recording stopped early, when a write failed.
+    pub stopped: Option<(gpumemprof_format::StopReason, u64)>,
+    /// Events recorded but not written (after the stop).
+    pub dropped: u64,
+    /// Out-of-memory errors (a framework's refusal and its failed CUDA calls count once).
     pub out_of_memory: u64,
     /// The trace file (empty if none was written: a flight recorder that never saw an
     /// out-of-memory).

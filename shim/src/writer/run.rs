@@ -74,7 +74,9 @@ impl Pipeline {
                 let now = clock::now_ns();
                 let changed = grown >= NVML_CHANGE_BYTES
                     && now >= last_sample.saturating_add(NVML_CHANGE_GAP_NS);
-                if now >= next_sample || changed {
+                // An out-of-memory waits for its flush: the sample sees the memory then.
+                let asked = self.nvml_asked.swap(false, Ordering::AcqRel);
+                if now >= next_sample || changed || asked {
                     n.sample(clock::now(), &mut samples);
                     next_sample = now + self.nvml_ns;
                     last_sample = now;

@@ -42,7 +42,7 @@ use gpumemprof_format::{MemKind, ReadError, Record, TraceReader};
 use super::window::Window;
 use crate::error::Error;
 use crate::fasthash::FastMap;
-use crate::observe::{record_time, replay_observed_until, Observer};
+use crate::observe::{cut, record_time, replay_observed_until, Cut, Observer};
 use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay};
 use crate::symbolize::Symbolizer;
 
@@ -196,7 +196,7 @@ pub fn write<R: Read, W: Write>(
     for &device in &survey.devices {
         let mut counter =
             DeviceEntries::new(&mut w, device, header, survey.tensors).windowed(window, u64::MAX);
-        replay_first(open()?, survey.records, &mut counter)
+        replay_first(open()?, survey.records, window.to_ns, &mut counter)
             .map_err(|e| crate::input::read_error(trace, e))?;
         let skipped = window.skipped(counter.counted);
         skip.insert(device, skipped);
@@ -215,7 +215,7 @@ pub fn write<R: Read, W: Write>(
             let skipped = skip.get(&device).copied().unwrap_or(0);
             let mut entries = DeviceEntries::new(&mut w, device, header, survey.tensors)
                 .windowed(window, skipped);
-            replay_first(reader, survey.records, &mut entries)
+            replay_first(reader, survey.records, window.to_ns, &mut entries)
                 .map_err(|e| crate::input::read_error(trace, e))?;
             let (mut batch, error) = (entries.batch, entries.error);
             if let Some(e) = error {
@@ -256,19 +256,27 @@ pub fn write<R: Read, W: Write>(
     })
 }
 
-/// `observe::replay_observed` for the first `records` records only: a later pass stops
-/// where the first one ended, so a trace still being written gives a consistent snapshot.
+/// `observe::replay_observed_until` for the first `records` records it applies only: a
+/// later pass stops where the first one ended, so a trace still being written gives a
+/// consistent snapshot.
 fn replay_first<R: Read>(
     mut reader: TraceReader<R>,
     records: u64,
+    until: Option<u64>,
     observer: &mut dyn Observer,
 ) -> Result<(), ReadError> {
     let mut replay = Replay::new();
     let mut changes = Vec::new();
-    for _ in 0..records {
+    let mut applied = 0u64;
+    while applied < records {
         let Some(record) = reader.next_salvaged()? else {
             break;
         };
+        match cut(&record, until) {
+            Cut::Apply => applied += 1,
+            Cut::Skip => continue,
+            Cut::Stop => break,
+        }
         observer.record(&record);
         let time = record_time(&record).unwrap_or(0);
         changes.clear();

@@ -89,7 +89,8 @@ pub fn analyze<R: Read>(
         &moment.replayed.modules,
         &moment.replayed.stacks,
         &moment.replayed.python,
-    );
+    )
+    .in_dir(scanned.loaded.header["cwd"].as_str().map(str::to_owned));
     let report = build(trace, &scanned, Some((index, &moment, &mut sym)), opts);
     for w in sym.take_warnings() {
         warn(w);
@@ -177,8 +178,9 @@ pub fn build(
         device: call.device,
         size: call.size,
         tid: call.tid,
-        stream: call.stream,
-        pool: call.pool,
+        // A refusal's record carries the allocator's totals there (see `torch`), not these.
+        stream: (call.kind != MemKind::Tensor).then_some(call.stream),
+        pool: (call.kind != MemKind::Tensor).then_some(call.pool),
         result: call.result,
         stack_id: call.stack,
         frames: sym.stack(call.stack, opts.frames),
@@ -200,6 +202,11 @@ pub fn build(
             stack_id: a.stack,
             same_thread: a.tid == call.tid,
         }),
+        attempts: failure.attempts.map(|a| AttemptsInfo {
+            count: a.count,
+            api: api_name(header, a.api),
+            size: a.size,
+        }),
     });
     let live: Vec<&LiveAlloc> = moment
         .replayed
@@ -209,9 +216,20 @@ pub fn build(
         .collect();
     let live_report = live_at_failure(call, &live, sym, opts);
     report.growth = Some(growth(call.time_ns, &live_report, &live, moment, sym, opts));
-    report.nvml = nvml_at_failure(call, moment);
-    report.pytorch = torch::at_failure(call, moment, sym, opts.top, opts.frames);
-    let (cause, hint) = cause_and_hint(call, &live_report, report.nvml.as_ref());
+    report.nvml = nvml_at_failure(failure, moment);
+    let conf = crate::torch_conf::AllocConf::of_header(header);
+    report.pytorch = torch::at_failure(
+        call,
+        moment,
+        sym,
+        (opts.top, opts.frames),
+        &conf,
+        report.nvml.as_ref(),
+    );
+    let (cause, hint) = match &report.pytorch {
+        Some(t) if call.kind == MemKind::Tensor && known => torch::cause_and_hint(call, t, &conf),
+        _ => cause_and_hint(call, &live_report, report.nvml.as_ref()),
+    };
     report.cause = Some(cause);
     report.hint = Some(hint);
     report.live = Some(live_report);
@@ -341,27 +359,41 @@ fn growth(
     }
 }
 
-fn nvml_at_failure(
-    call: &gpumemprof_format::AllocFailed,
-    moment: &Moment,
-) -> Option<NvmlAtFailure> {
+/// The NVML sample taken at the failure (the live device memory then is the replay's at
+/// the failure), else the latest before it.
+fn nvml_at_failure(failure: &Failure, moment: &Moment) -> Option<NvmlAtFailure> {
+    let call = &failure.call;
     if call.kind == MemKind::PinnedHost {
         return None;
     }
-    let d = moment
-        .replayed
-        .nvml
-        .iter()
-        .find(|d| d.device == call.device)?;
-    let s = d.last;
+    let (s, tracked, at_failure) = match failure.nvml {
+        Some(s) => {
+            let tracked = moment
+                .replayed
+                .live
+                .iter()
+                .filter(|a| a.device == call.device && a.kind == MemKind::Device)
+                .fold(0u64, |t, a| t.saturating_add(a.size));
+            (s, tracked, true)
+        }
+        None => {
+            let d = moment
+                .replayed
+                .nvml
+                .iter()
+                .find(|d| d.device == call.device)?;
+            (d.last, d.tracked_at_last, false)
+        }
+    };
     Some(NvmlAtFailure {
-        device: d.device,
+        device: call.device,
         time_ns: s.time_ns,
+        at_failure,
         process_used_bytes: s.process_used,
         device_used_bytes: s.device_used,
         device_total_bytes: s.device_total,
-        tracked_bytes: d.tracked_at_last,
-        untracked_bytes: d.untracked_at_last(),
+        tracked_bytes: tracked,
+        untracked_bytes: s.process_used.saturating_sub(tracked),
         other_processes_bytes: s.device_used.saturating_sub(s.process_used),
     })
 }

@@ -15,8 +15,9 @@ pub struct OomReport {
     pub failure: Option<FailureInfo>,
     pub live: Option<LiveAtFailure>,
     pub growth: Option<Growth>,
-    /// The latest NVML sample of the failing device at or before the failure; `null`
-    /// without one (or for pinned host memory).
+    /// The NVML sample of the failing device taken at the failure (the shim samples while
+    /// the failing thread waits), else the latest one before it; `null` without one (or for
+    /// pinned host memory).
     pub nvml: Option<NvmlAtFailure>,
     /// The failure in PyTorch's terms, when the trace has its caching allocator's tensors
     /// on the failing device; `null` otherwise.
@@ -31,7 +32,8 @@ pub struct OomReport {
 
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct FailureCounts {
-    /// Allocation calls that failed with out-of-memory (error 2), kept or not.
+    /// Out-of-memory errors (allocation calls that failed with error 2), kept or not; a
+    /// framework's refusal and the failed CUDA calls it made just before it count once.
     pub out_of_memory: u64,
     /// Of those, kept with their details (at most 1000): what `--index` counts.
     pub kept: u64,
@@ -57,8 +59,10 @@ pub struct FailureInfo {
     /// Bytes requested.
     pub size: u64,
     pub tid: u32,
-    pub stream: u64,
-    pub pool: u64,
+    /// The stream and memory pool the call named (0 when the API has none); `null` for a
+    /// framework's refusal, which names neither.
+    pub stream: Option<u64>,
+    pub pool: Option<u64>,
     /// The API's error code (2).
     pub result: u32,
     pub stack_id: u64,
@@ -73,6 +77,17 @@ pub struct FailureInfo {
     pub outcome: &'static str,
     /// The allocation that made it transient.
     pub retry: Option<RetryInfo>,
+    /// For a framework's refusal, the failed CUDA calls it made just before it on its
+    /// thread (part of this one error); `null` when there were none.
+    pub attempts: Option<AttemptsInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptsInfo {
+    pub count: u64,
+    /// The last attempt's API and size.
+    pub api: String,
+    pub size: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -157,6 +172,8 @@ pub struct GrowthSite {
 pub struct NvmlAtFailure {
     pub device: i32,
     pub time_ns: u64,
+    /// Taken at the failure (else: the latest sample before it).
+    pub at_failure: bool,
     /// What NVML said this process used on the device.
     pub process_used_bytes: u64,
     /// Used by all processes.
@@ -186,8 +203,10 @@ pub struct TorchAtFailure {
     pub cached_bytes: u64,
     pub device_total_bytes: Option<u64>,
     pub device_free_bytes: Option<u64>,
-    /// The sentence of PyTorch's `OutOfMemoryError`, with these numbers.
-    pub message: String,
+    /// The message of PyTorch's `OutOfMemoryError` after "CUDA out of memory. ", as PyTorch
+    /// composed it: for its refusal only (`null` for a failed CUDA call, after which PyTorch
+    /// may still have recovered).
+    pub message: Option<String>,
     /// The tensors live at the failure by call stack, largest first, at most `--top`.
     pub sites: Vec<TensorSite>,
 }

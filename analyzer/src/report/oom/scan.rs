@@ -21,9 +21,10 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
-use gpumemprof_format::{Alloc, AllocFailed, MemKind, ReadError, Record, TraceReader};
+use gpumemprof_format::{Alloc, AllocFailed, MemKind, ReadError, Record, Sample, TraceReader};
 
 use crate::observe::{self, Observer};
+use crate::replay::attempts::Attempts;
 use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay, Replayed, MAX_KEPT_FAILURES};
 use gpumemprof_format::OUT_OF_MEMORY;
 
@@ -36,6 +37,20 @@ pub struct Failure {
     pub call: AllocFailed,
     /// The later successful allocation that made this failure transient; `None`: final.
     pub retry: Option<Alloc>,
+    /// For a framework's refusal: the failed CUDA calls it made just before it on its
+    /// thread (`replay::attempts`), which are part of it and not failures of their own.
+    pub attempts: Option<Attempted>,
+    /// The NVML sample of its device taken at the failure (the shim samples while the
+    /// failing thread waits for its flush: before that thread's next event), if any.
+    pub nvml: Option<Sample>,
+}
+
+/// A refusal's failed CUDA calls: how many, and the last one's API and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempted {
+    pub count: u64,
+    pub api: u16,
+    pub size: u64,
 }
 
 impl Failure {
@@ -53,7 +68,8 @@ pub struct Scan {
     pub loaded: Loaded,
     /// The kept failures, in trace order (see `Classifier` for which are kept).
     pub failures: Vec<Failure>,
-    /// Out-of-memory failures in the trace, kept or not.
+    /// Out-of-memory errors in the trace, kept or not: a framework's refusal and the
+    /// failed CUDA calls it made just before it count once.
     pub out_of_memory: u64,
     /// Failed allocation calls with any other error (bad arguments, ...).
     pub other_failed: u64,
@@ -110,12 +126,12 @@ impl Scan {
 pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
     let mut classifier = Classifier::default();
     let loaded = observe::replay_observed(reader, &mut [&mut classifier])?;
-    let out_of_memory = classifier.next_ordinal;
+    let out_of_memory = classifier.next_ordinal - classifier.absorbed;
     let other_failed = loaded
         .replayed
         .totals
         .failed_allocations
-        .saturating_sub(out_of_memory);
+        .saturating_sub(classifier.next_ordinal);
     let Loaded {
         header,
         replayed,
@@ -139,6 +155,10 @@ pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
         other_failed,
     })
 }
+
+/// How soon after a failure an NVML sample must come to be the failure's: the shim takes one
+/// while the failing thread waits for its flush (well under a millisecond on an idle writer).
+pub const NVML_AT_FAILURE_NS: u64 = 100_000_000;
 
 /// An unresolved failure waiting for a successful allocation of at least `size`.
 #[derive(Debug, Clone, Copy)]
@@ -184,17 +204,29 @@ pub struct Classifier {
     by_stack: HashMap<(u16, i32, u64), PendingList>,
     /// Kept failures not yet resolved: when 0, allocations cost nothing here.
     unresolved: usize,
+    /// CUDA failures per thread that a refusal may take as its attempts.
+    attempts: Attempts,
+    /// Failures taken as a refusal's attempts (not errors of their own).
+    absorbed: u64,
+    /// Kept failures waiting for their NVML sample: (ordinal, thread, device, time).
+    awaiting_sample: Vec<(u64, u32, i32, u64)>,
 }
 
 impl Observer for Classifier {
     fn record(&mut self, record: &Record) {
+        if !self.awaiting_sample.is_empty() {
+            self.sample_or_event(record);
+        }
         match record {
             Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => self.failed(f),
             // A zero-byte request that "succeeded" with a null pointer got no memory.
             Record::Alloc(a) if self.unresolved > 0 && a.address != 0 => self.succeeded(a),
             // A framework's tensor handed out: the retry of a refused one.
-            Record::Tensor(t) if self.unresolved > 0 && t.delta > 0 => {
-                self.succeeded(&t.as_alloc())
+            Record::Tensor(t) => {
+                self.attempts.tensor(t.tid);
+                if self.unresolved > 0 && t.delta > 0 {
+                    self.succeeded(&t.as_alloc())
+                }
             }
             _ => {}
         }
@@ -204,9 +236,45 @@ impl Observer for Classifier {
 }
 
 impl Classifier {
+    /// An NVML sample of a device a kept failure awaits is that failure's; any other event
+    /// of the failing thread ends its wait (the sample, if any, came later).
+    fn sample_or_event(&mut self, record: &Record) {
+        let tid = match record {
+            Record::Sample(m) => {
+                let kept = &mut self.kept;
+                self.awaiting_sample.retain(|&(ordinal, _, device, time)| {
+                    if m.time_ns > time.saturating_add(NVML_AT_FAILURE_NS) {
+                        return false; // too late to be the failure's
+                    }
+                    if device != m.device {
+                        return true;
+                    }
+                    if let Some(f) = kept.get_mut(&ordinal) {
+                        f.nvml = Some(*m);
+                    }
+                    false
+                });
+                return;
+            }
+            Record::Alloc(a) => a.tid,
+            Record::Free(f) => f.tid,
+            Record::AllocFailed(f) => f.tid,
+            Record::Tensor(t) => t.tid,
+            _ => return,
+        };
+        self.awaiting_sample.retain(|&(_, t, _, _)| t != tid);
+    }
+
     fn failed(&mut self, f: &AllocFailed) {
         let ordinal = self.next_ordinal;
         self.next_ordinal += 1;
+        let attempts = if f.kind == MemKind::Tensor {
+            let ordinals = self.attempts.refused(f.tid);
+            self.absorb(ordinals)
+        } else {
+            self.attempts.failed(f.tid, ordinal);
+            None
+        };
         if self.kept.len() >= MAX_KEPT_FAILURES {
             match self.transient.pop_first() {
                 Some(oldest) => {
@@ -221,8 +289,12 @@ impl Classifier {
                 ordinal,
                 call: *f,
                 retry: None,
+                attempts,
+                nvml: None,
             },
         );
+        self.awaiting_sample
+            .push((ordinal, f.tid, f.device, f.time_ns));
         self.unresolved += 1;
         let (class, device) = class_and_device(f.kind, f.device);
         let pending = Pending {
@@ -239,6 +311,46 @@ impl Classifier {
                 pending,
             );
         }
+    }
+
+    /// Takes the failures `ordinals` out of the list (a refusal's attempts): they are
+    /// part of the refusal, which reports them.
+    fn absorb(&mut self, ordinals: Vec<u64>) -> Option<Attempted> {
+        let last = *ordinals.last()?;
+        self.absorbed += ordinals.len() as u64;
+        let mut attempted = Attempted {
+            count: ordinals.len() as u64,
+            api: 0,
+            size: 0,
+        };
+        for ordinal in ordinals {
+            let Some(f) = self.kept.remove(&ordinal) else {
+                continue;
+            };
+            if ordinal == last {
+                (attempted.api, attempted.size) = (f.call.api, f.call.size);
+            }
+            self.awaiting_sample.retain(|&(o, _, _, _)| o != ordinal);
+            if !self.transient.remove(&ordinal) {
+                self.unresolved = self.unresolved.saturating_sub(1);
+            }
+            let (class, device) = class_and_device(f.call.kind, f.call.device);
+            remove(
+                &mut self.by_thread,
+                (class, device, f.call.tid),
+                ordinal,
+                f.call.size,
+            );
+            if f.call.stack != 0 {
+                remove(
+                    &mut self.by_stack,
+                    (class, device, f.call.stack),
+                    ordinal,
+                    f.call.size,
+                );
+            }
+        }
+        Some(attempted)
     }
 
     fn succeeded(&mut self, a: &Alloc) {

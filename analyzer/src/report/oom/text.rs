@@ -58,7 +58,9 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
     r.trace.write_text(out)?;
     writeln!(out, "{}", r.verdict)?;
     if let Some(t) = &r.pytorch {
-        writeln!(out, "PyTorch would say: CUDA out of memory. {}", t.message)?;
+        if let Some(m) = &t.message {
+            writeln!(out, "PyTorch's error: CUDA out of memory. {m}")?;
+        }
         for (n, s) in t.sites.iter().enumerate() {
             writeln!(
                 out,
@@ -114,6 +116,14 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "   {from}")?;
     }
     write_frames(out, &f.frames, "      ")?;
+    if let Some(a) = &f.attempts {
+        writeln!(
+            out,
+            "  before it, on this thread: {} of {} failed (the allocator's attempts: part of this error)",
+            units::plural(a.count, &format!("{} call", a.api), &format!("{} calls", a.api)),
+            b(a.size)
+        )?;
+    }
     if f.kind != "pinned_host" {
         match (f.mem_free_bytes, f.mem_total_bytes) {
             (Some(free), Some(total)) => writeln!(
@@ -133,7 +143,8 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
     if let Some(n) = &r.nvml {
         writeln!(
             out,
-            "  NVML at {}: this process used {} (hooks tracked {}, {} untracked), other processes {}",
+            "  NVML {}{}: this process used {} (hooks tracked {}, {} untracked), other processes {}",
+            if n.at_failure { "at the failure, " } else { "at " },
             units::secs(n.time_ns),
             b(n.process_used_bytes),
             b(n.tracked_bytes),

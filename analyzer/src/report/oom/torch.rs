@@ -1,28 +1,47 @@
 //! The `oom` report's `pytorch` object: an out-of-memory failure in PyTorch's terms, when
 //! the trace has the caching allocator's tensors on the failing device. "Allocated" is
 //! the tensors live then, "reserved" the device memory live then (the allocator's
-//! segments, and any other allocation of the process on that device), and `message` the
-//! sentence PyTorch's `OutOfMemoryError` carries, with the same numbers and the same
-//! rounding (c10's `format_size`). For the tensor PyTorch's allocator refused (a failure of
-//! kind `tensor`, from `c10::reportOutOfMemoryToProfiler`), allocated and reserved are the
-//! allocator's own totals it reported with it.
+//! segments, and any other allocation of the process on that device). For the block
+//! PyTorch's allocator refused (a failure of kind `tensor`, from
+//! `c10::reportOutOfMemoryToProfiler`), allocated and reserved are the allocator's own
+//! totals it reported with it, and `message` is its `OutOfMemoryError`'s message as torch
+//! 2.15 composes it, with the same numbers and rounding (c10's `format_size`): the segment
+//! it tried to allocate (`get_allocation_size` of the block), the device's total and free
+//! memory, this process's memory in use from the NVML sample taken at the failure (when
+//! NVML was sampled), allocated and reserved-but-unallocated, and the closing advice, which
+//! depends on whether expandable segments were on. A failed CUDA call gets no message:
+//! PyTorch printed none for it (it retries, and may recover).
 
 use std::collections::HashMap;
 
 use gpumemprof_format::{AllocFailed, MemKind};
 
-use super::model::{TensorSite, TorchAtFailure};
+use super::model::{NvmlAtFailure, TensorSite, TorchAtFailure};
 use super::scan::Moment;
 use crate::report::level::site;
 use crate::symbolize::Symbolizer;
+use crate::torch_conf::AllocConf;
 
-/// `None` unless tensors of that device were recorded before the failure.
+/// What torch 2.15 adds after "... reserved by PyTorch but unallocated.", with expandable
+/// segments off and on.
+const ADVICE: &str = " If reserved but unallocated memory is large try setting \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation \
+    for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html\
+    #optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+const ADVICE_EXPANDABLE: &str = " expandable_segments is enabled. If instead the process is \
+    running out of virtual address space (VSZ), expandable segments may be over-reserving VA \
+    (each segment reserves ~9/8 of device memory, times the number of streams); reduce it via \
+    PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve / expandable_segments_reserve_by_class.";
+
+/// `None` unless tensors of that device were recorded before the failure. `conf`: the
+/// allocator's configuration; `nvml`: the NVML sample of the failing device.
 pub fn at_failure(
     call: &AllocFailed,
     moment: &Moment,
     sym: &mut Symbolizer,
-    top: usize,
-    frames: usize,
+    (top, frames): (usize, usize),
+    conf: &AllocConf,
+    nvml: Option<&NvmlAtFailure>,
 ) -> Option<TorchAtFailure> {
     let r = &moment.replayed;
     // A refused tensor is PyTorch's own report (with its own totals); a failed CUDA call
@@ -63,24 +82,47 @@ pub fn at_failure(
     }
     let known = call.mem_total > 0;
     let cached = reserved.saturating_sub(allocated);
-    let mut message = format!("Tried to allocate {}.", format_size(call.size));
-    if known {
-        message.push_str(&format!(
-            " GPU {} has a total capacity of {} of which {} is free.",
-            call.device,
-            format_size(call.mem_total),
-            format_size(call.mem_free)
+    let message = refused.then(|| {
+        let mut m = format!(
+            "Tried to allocate {}.",
+            format_size(conf.allocation_size(call.size))
+        );
+        if known {
+            m.push_str(&format!(
+                " GPU {} has a total capacity of {} of which {} is free.",
+                call.device,
+                format_size(call.mem_total),
+                format_size(call.mem_free)
+            ));
+        }
+        m.push(' ');
+        if let Some(n) = nvml.filter(|n| n.at_failure) {
+            m.push_str(&format!(
+                "Including non-PyTorch memory, this process has {} memory in use. ",
+                format_size(n.process_used_bytes)
+            ));
+        }
+        m.push_str(&format!(
+            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch \
+             but unallocated.",
+            format_size(allocated),
+            format_size(cached)
         ));
-    }
-    message.push_str(&format!(
-        " Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch \
-         but unallocated.",
-        format_size(allocated),
-        format_size(cached)
-    ));
+        m.push_str(if conf.expandable_segments {
+            ADVICE_EXPANDABLE
+        } else {
+            ADVICE
+        });
+        m
+    });
     Some(TorchAtFailure {
         device: call.device,
-        tried_to_allocate_bytes: call.size,
+        // The segment: what it asked CUDA for, or, refused, what its message names.
+        tried_to_allocate_bytes: if refused {
+            conf.allocation_size(call.size)
+        } else {
+            call.size
+        },
         allocated_bytes: allocated,
         tensors,
         reserved_bytes: reserved,
@@ -99,6 +141,73 @@ pub fn at_failure(
             })
             .collect(),
     })
+}
+
+/// The cause of a refused block, in PyTorch's terms (docs/REPORTS.md lists the rules in
+/// this order): the request alone exceeds the device (`exceeds_total`); the live tensors
+/// and the request together do (`live_data`); what PyTorch reserved but had not allocated
+/// and the device's free memory together would hold it, but no piece does
+/// (`fragmentation`); else memory outside PyTorch's allocator took the rest (`untracked`).
+pub fn cause_and_hint(
+    call: &AllocFailed,
+    t: &TorchAtFailure,
+    conf: &AllocConf,
+) -> (&'static str, String) {
+    let b = crate::units::bytes;
+    let (total, free, asked) = (call.mem_total, call.mem_free, t.tried_to_allocate_bytes);
+    if asked > total {
+        return (
+            "exceeds_total",
+            format!(
+                "the {} asked is more than the device's {}: no freeing helps; ask for less \
+                 (a smaller batch, a sharded model)",
+                b(asked),
+                b(total)
+            ),
+        );
+    }
+    if t.allocated_bytes.saturating_add(asked) > total {
+        return (
+            "live_data",
+            format!(
+                "the {} of live tensors and the {} asked are more than the device's {}: the \
+                 tensors below must go first (a smaller batch, activation checkpointing, \
+                 freeing what is kept)",
+                b(t.allocated_bytes),
+                b(asked),
+                b(total)
+            ),
+        );
+    }
+    if t.cached_bytes.saturating_add(free) >= asked {
+        let remedy = if conf.expandable_segments {
+            "expandable segments are on already: fewer, more uniform tensors help"
+        } else {
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets PyTorch give back the \
+             unused pages of its segments"
+        };
+        return (
+            "fragmentation",
+            format!(
+                "PyTorch had {} reserved but unallocated and the device {} free, together \
+                 at least the {} asked, but in pieces smaller than it (cached in segments that \
+                 hold live tensors): fragmentation; {remedy}",
+                b(t.cached_bytes),
+                b(free),
+                b(asked)
+            ),
+        );
+    }
+    let outside = total.saturating_sub(free).saturating_sub(t.reserved_bytes);
+    (
+        "untracked",
+        format!(
+            "{} of the device was used outside PyTorch's allocator (the CUDA context, \
+             libraries' own memory, other processes): that is what the {} asked lacked",
+            b(outside),
+            b(asked)
+        ),
+    )
 }
 
 /// c10's `format_size`: bytes up to 1024, then KiB, MiB up to 1 GiB inclusive, then GiB,

@@ -1,0 +1,172 @@
+//! The profiler must never hurt the job: what went wrong under a fault injector and a
+//! newcomer's setups, each run as the user ran it and held to what the job does without us.
+//! Two copies of the shim in one process (a pip install's and a source build's), a file size
+//! limit (`ulimit -f`) the trace reaches, and a job that makes 100,000 short-lived threads.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use gpumemprof_tests::profiled::{report, scratch, trace_files};
+use gpumemprof_tests::running::run_within;
+use gpumemprof_tests::torch_package::package;
+use gpumemprof_tests::{program, program_command, shim_path};
+
+/// A second copy of the shim, at another path (as a pip install's beside a source build's).
+fn second_copy(dir: &Path) -> std::path::PathBuf {
+    let copy = dir.join("copy").join("libgpumemprof.so");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(shim_path(), &copy).expect("copy the shim");
+    copy
+}
+
+/// `LD_PRELOAD` naming both copies, the trace template in `dir`.
+fn both_copies(cmd: &mut Command, dir: &Path, copy: &Path) {
+    cmd.env(
+        "LD_PRELOAD",
+        format!("{} {}", shim_path().display(), copy.display()),
+    )
+    .env("GPUMEMPROF_OUTPUT", dir.join("job.%p.trace"))
+    .env("GPUMEMPROF_NVML_MS", "0");
+}
+
+/// The warning the recording copy gives, once.
+fn stands_down(stderr: &str, copy: &Path) {
+    let line = format!(
+        "another copy of the shim is loaded too ({}): it stands down",
+        copy.display()
+    );
+    assert_eq!(stderr.matches(&line).count(), 1, "{stderr}");
+}
+
+#[test]
+fn two_copies_of_the_shim_record_once_and_never_hang_pytorch() {
+    let dir = scratch("never_hurt_two_copies_torch");
+    let copy = second_copy(&dir);
+    let mut cmd = package().script("torch_train.py", &["2"]);
+    both_copies(&mut cmd, &dir, &copy);
+    let ended = run_within(cmd, Duration::from_secs(120));
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+    stands_down(&ended.stderr, &copy);
+    let traces = trace_files(&dir);
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    // Every tensor, seen once: two steps of 37 tensors after 18 at the start, the
+    // interpreter's teardown freeing the rest.
+    let summary = report("summary", &traces[0], &[]);
+    let steps: Vec<serde_json::Value> = ended
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(
+        summary["allocators"][0]["tensor_allocations"],
+        steps[1]["stats"]["allocation.all.allocated"]
+    );
+}
+
+#[test]
+fn two_copies_of_the_shim_record_a_c_program_once() {
+    let dir = scratch("never_hurt_two_copies_c");
+    let copy = second_copy(&dir);
+    let mut cmd = program_command("train_leak");
+    cmd.arg("3");
+    both_copies(&mut cmd, &dir, &copy);
+    let ended = run_within(cmd, Duration::from_secs(60));
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+    stands_down(&ended.stderr, &copy);
+    let traces = trace_files(&dir);
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    // train_leak 3: 3 steps leaking 1 MiB each, seen once.
+    let leaks = report("leaks", &traces[0], &[]);
+    assert_eq!(leaks["total_bytes"], 3 << 20);
+    assert!(
+        !ended.stderr.contains("no cudaGetDevice"),
+        "{}",
+        ended.stderr
+    );
+}
+
+/// The trace reaches the file size limit: the job finishes as it would without us (no
+/// SIGXFSZ), the exit line says what was written and why recording stopped, and the
+/// trace says so too.
+#[test]
+fn a_file_size_limit_stops_recording_not_the_job() {
+    let dir = scratch("never_hurt_ulimit_f");
+    let trace = dir.join("loop.trace");
+    // 200,000 pairs make a trace of over a megabyte; the limit is 64 KiB.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -f 64 && exec {} cuda 20 200000",
+            program("bench_loop").display()
+        ))
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0");
+    let ended = run_within(cmd, Duration::from_secs(120));
+    assert_eq!(
+        ended.code(),
+        Some(0),
+        "killed? {:?}\n{}",
+        ended.status,
+        ended.stderr
+    );
+    assert!(ended.stdout.contains("pairs=200000"), "{}", ended.stdout);
+    assert!(std::fs::metadata(&trace).unwrap().len() <= 64 * 1024);
+    let summary = report("summary", &trace, &[]);
+    let t = &summary["trace"];
+    assert_eq!(t["stopped"]["reason"], "file_size_limit");
+    assert_eq!(t["complete"], true);
+    // The exit line's count is the trace's, and the rest is said to be missing.
+    let written = summary["totals"]["allocations"].as_u64().unwrap()
+        + summary["totals"]["frees"].as_u64().unwrap();
+    let all = 2 * (1000 + 200_000);
+    let line = format!(
+        "wrote {written} events to {}, then recording stopped at ",
+        trace.display()
+    );
+    assert!(ended.stderr.contains(&line), "{line}\n{}", ended.stderr);
+    assert!(
+        ended.stderr.contains(&format!(
+            "the file size limit (ulimit -f) was reached; {} later events are not in the trace",
+            all - written
+        )),
+        "{}",
+        ended.stderr
+    );
+    assert_eq!(t["events"].as_u64(), Some(written));
+}
+
+/// 100,000 threads, one after another, each allocating once: the shim's memory stays that
+/// of the threads alive at once (before, every thread that ended between two drains of
+/// the writer left a ring of 1 MiB behind: 25 MB of RSS here, 66 MB for 400,000).
+#[test]
+fn short_lived_threads_do_not_grow_the_shims_memory() {
+    let hwm = |with_shim: bool, dir: &Path| {
+        let mut cmd = program_command("thread_churn");
+        cmd.arg("100000");
+        if with_shim {
+            cmd.env("LD_PRELOAD", shim_path())
+                .env("GPUMEMPROF_OUTPUT", dir.join("churn.trace"))
+                .env("GPUMEMPROF_NVML_MS", "0");
+        }
+        let ended = run_within(cmd, Duration::from_secs(300));
+        assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+        ended
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("vm_hwm_kib="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .expect("vm_hwm_kib=")
+    };
+    let dir = scratch("never_hurt_thread_churn");
+    let (plain, traced) = (hwm(false, &dir), hwm(true, &dir));
+    let summary = report("summary", &dir.join("churn.trace"), &[]);
+    assert_eq!(summary["totals"]["allocations"], 100_000);
+    assert_eq!(summary["trace"]["dropped"], 0);
+    // One 1 MiB ring per thread alive at once, the writer's block and zstd's context.
+    assert!(
+        traced < plain + 12 * 1024,
+        "peak RSS {traced} KiB under the shim against {plain} KiB without it"
+    );
+}

@@ -1,0 +1,159 @@
+//! End to end on the real thing: the unmodified torch package (see `torch_package`) dies of
+//! `torch.OutOfMemoryError` on a simulated GPU of 1 GiB (`tests/programs/torch_oom.py`:
+//! 48 live tensors of 8 MiB in 24 segments of 20 MiB, then a request too large for what is
+//! left), and `gpumemprof oom` tells it in PyTorch's terms: one error (the allocator's
+//! refusal, with its two failed CUDA calls as its attempts), PyTorch's own message word for
+//! word, and PyTorch's own figures.
+
+use std::path::Path;
+
+use gpumemprof_tests::profiled::{report, report_text, scratch};
+use gpumemprof_tests::source_line_of;
+use gpumemprof_tests::torch_job::{stat, Job};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+const SCRIPT: &str = "tests/programs/torch_oom.py";
+
+/// What PyTorch's `OutOfMemoryError` said, from the traceback's last line, after
+/// "CUDA out of memory. ".
+fn pytorchs_message(job: &Job) -> String {
+    let stderr = job.stderr();
+    let line = stderr
+        .lines()
+        .rfind(|l| l.starts_with("torch.OutOfMemoryError: "))
+        .unwrap_or_else(|| panic!("no OutOfMemoryError in:\n{stderr}"));
+    line.strip_prefix("torch.OutOfMemoryError: CUDA out of memory. ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned()
+}
+
+/// The job under the shim with NVML sampled (its process memory is in PyTorch's message).
+fn dies_of_oom(test: &str, request_mib: &str, env: &[(&str, &str)]) -> (Job, std::path::PathBuf) {
+    let dir = scratch(test);
+    let trace = dir.join("oom.trace");
+    let mut env = env.to_vec();
+    env.push(("GPUMEMPROF_NVML_MS", "500"));
+    let job = Job::run_exiting("torch_oom.py", &[request_mib], &env, Some(&trace), 1);
+    (job, trace)
+}
+
+/// The checks both allocator modes share: one error, PyTorch's message and figures.
+fn one_error_in_pytorchs_words(job: &Job, trace: &Path, attempts_api: &str) -> Value {
+    assert!(
+        job.stderr()
+            .contains("1 allocation failed for lack of memory: see why with: gpumemprof oom"),
+        "{}",
+        job.stderr()
+    );
+    let oom = report("oom", trace, &[]);
+    assert_eq!(oom["failure_counts"]["out_of_memory"], 1);
+    let f = &oom["failure"];
+    assert_eq!(
+        (&f["api"], &f["kind"], &f["outcome"]),
+        (
+            &Value::from("c10::reportOutOfMemoryToProfiler"),
+            &Value::from("tensor"),
+            &Value::from("final")
+        )
+    );
+    assert_eq!((&f["stream"], &f["pool"]), (&Value::Null, &Value::Null));
+    assert_eq!(f["attempts"]["count"], 2);
+    assert_eq!(f["attempts"]["api"], attempts_api);
+    assert_eq!(f["site"]["function"], "main");
+    assert_eq!(f["site"]["file"], SCRIPT);
+    assert_eq!(f["site"]["line"], source_line_of(SCRIPT, "# REQUEST"));
+    let t = &oom["pytorch"];
+    assert_eq!(t["message"].as_str(), Some(pytorchs_message(job).as_str()));
+    // PyTorch's figures just before the request.
+    let before = job.event("before");
+    assert_eq!(
+        t["allocated_bytes"].as_u64(),
+        Some(stat(before, "allocated_bytes.all.current"))
+    );
+    assert_eq!(
+        t["tensors"].as_u64(),
+        Some(stat(before, "allocation.all.current"))
+    );
+    assert_eq!(oom["nvml"]["at_failure"], true);
+    let summary = report("summary", trace, &[]);
+    assert_eq!(summary["out_of_memory_errors"], 1);
+    assert_eq!(summary["failed_allocations"], 3);
+    let analyze = report("analyze", trace, &[]);
+    let finding = analyze["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|x| x["heuristic"] == "out_of_memory")
+        .expect("an out_of_memory finding");
+    assert_eq!(finding["count"], 1);
+    oom
+}
+
+#[test]
+fn a_fragmentation_oom_is_one_error_with_pytorchs_own_message() {
+    let (job, trace) = dies_of_oom("torch_oom_default", "256", &[]);
+    let oom = one_error_in_pytorchs_words(&job, &trace, "cudaMalloc");
+    // Every segment holds a live tensor: freeing the cache gave nothing back.
+    let before = job.event("before");
+    assert_eq!(
+        oom["pytorch"]["reserved_bytes"].as_u64(),
+        Some(stat(before, "reserved_bytes.all.current"))
+    );
+    assert_eq!(oom["failure"]["attempts"]["size"], 256 * MIB);
+    assert_eq!(oom["pytorch"]["tried_to_allocate_bytes"], 256 * MIB);
+    // 576 MiB reserved but unallocated and 64 MiB free: enough, but in 4 MiB pieces.
+    assert_eq!(oom["cause"], "fragmentation");
+    assert!(oom["hint"]
+        .as_str()
+        .unwrap()
+        .contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+    let text = report_text("oom", &trace, &[]);
+    assert!(
+        text.contains(&format!(
+            "PyTorch's error: CUDA out of memory. {}",
+            pytorchs_message(&job)
+        )) && text.contains("before it, on this thread: 2 cudaMalloc calls of 256.0 MiB failed")
+            && text.contains("failure 1 of 1 out of memory"),
+        "{text}"
+    );
+}
+
+#[test]
+fn with_expandable_segments_the_same_request_fits_and_a_larger_one_is_one_error() {
+    let es = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")];
+    // The 256 MiB that did not fit above: the unused pages are given back, and it fits.
+    let dir = scratch("torch_oom_expandable_fits");
+    let trace = dir.join("fits.trace");
+    let job = Job::run("torch_oom.py", &["256"], &es, Some(&trace));
+    let fitted = job.event("fitted");
+    assert_eq!(stat(fitted, "num_ooms"), 0);
+    let summary = report("summary", &trace, &[]);
+    assert_eq!(summary["out_of_memory_errors"], 0);
+    assert_eq!(
+        summary["allocators"][0]["reserved_peak_bytes"].as_u64(),
+        Some(stat(fitted, "reserved_bytes.all.current"))
+    );
+    // 700 MiB does not fit with 384 MiB live: PyTorch's expandable-segments wording, and
+    // the failed cuMemCreate calls are its attempts, not errors of their own.
+    let (job, trace) = dies_of_oom("torch_oom_expandable", "700", &es);
+    let oom = one_error_in_pytorchs_words(&job, &trace, "cuMemCreate");
+    let message = oom["pytorch"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("expandable_segments is enabled."),
+        "{message}"
+    );
+    // Freeing its cache before the refusal unmapped 20 MiB of the 780 MiB reserved before
+    // the request: the refusal's own figure, which its message gives.
+    assert_eq!(
+        stat(job.event("before"), "reserved_bytes.all.current"),
+        780 * MIB
+    );
+    assert_eq!(oom["pytorch"]["reserved_bytes"], 760 * MIB);
+    assert!(
+        message.contains("this process has 760.00 MiB memory in use"),
+        "{message}"
+    );
+    assert_eq!(oom["cause"], "live_data");
+    assert_eq!(oom["failure_counts"]["kept"], 1);
+}
