@@ -73,3 +73,112 @@ int ncclGetVersion(int *version)
     *version = 22800;
     return 0;
 }
+
+/* ---- NCCL: a communicator that knows its size and rank ------------------------------------ */
+/*
+ * Enough for torch.distributed's `nccl` backend with one process per rank: a communicator made
+ * by ncclCommInitRank[Config] remembers nranks and rank; collectives succeed at once (device
+ * memory holds no bytes on the simulated GPU, so there is nothing to move); the async error is
+ * always ncclSuccess. ncclGetUniqueId hands out a fixed id (the ranks exchange it through
+ * torch's store anyway). ncclMemAlloc/ncclMemFree are not stood in for: torch only uses them
+ * when asked to (NCCL's own allocator for symmetric memory).
+ */
+#include <stdlib.h>
+
+struct standin_comm {
+    int nranks;
+    int rank;
+};
+
+struct nccl_unique_id {
+    char internal[128];
+};
+
+int ncclGetUniqueId(struct nccl_unique_id *id)
+{
+    if (!id) {
+        return 4;
+    }
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, "gpumemprof-nccl-standin", 23);
+    return 0;
+}
+
+static int comm_init(struct standin_comm **comm, int nranks, int rank)
+{
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks) {
+        return 4;
+    }
+    struct standin_comm *c = malloc(sizeof *c);
+    if (!c) {
+        return 1; /* ncclUnhandledCudaError stands in for "out of host memory" */
+    }
+    c->nranks = nranks;
+    c->rank = rank;
+    *comm = c;
+    return 0;
+}
+
+int ncclCommInitRank(struct standin_comm **comm, int nranks, struct nccl_unique_id id, int rank)
+{
+    (void)id;
+    return comm_init(comm, nranks, rank);
+}
+
+int ncclCommInitRankConfig(struct standin_comm **comm, int nranks, struct nccl_unique_id id,
+                           int rank, void *config)
+{
+    (void)id;
+    (void)config;
+    return comm_init(comm, nranks, rank);
+}
+
+int ncclCommCount(const struct standin_comm *comm, int *count)
+{
+    if (!comm || !count) {
+        return 4;
+    }
+    *count = comm->nranks;
+    return 0;
+}
+
+int ncclCommUserRank(const struct standin_comm *comm, int *rank)
+{
+    if (!comm || !rank) {
+        return 4;
+    }
+    *rank = comm->rank;
+    return 0;
+}
+
+int ncclCommGetAsyncError(struct standin_comm *comm, int *asyncError)
+{
+    if (!comm || !asyncError) {
+        return 4;
+    }
+    *asyncError = 0;
+    return 0;
+}
+
+int ncclCommDestroy(struct standin_comm *comm)
+{
+    free(comm);
+    return 0;
+}
+
+int ncclCommAbort(struct standin_comm *comm)
+{
+    free(comm);
+    return 0;
+}
+
+const char *ncclGetErrorString(int result)
+{
+    return result == 0 ? "no error" : "unhandled error";
+}
+
+const char *ncclGetLastError(struct standin_comm *comm)
+{
+    (void)comm;
+    return "";
+}

@@ -28,6 +28,8 @@ pub use text::{write_text, Names};
 use crate::cmd::common;
 use crate::error::Error;
 use crate::input::rank_of;
+use crate::replay::{LiveAlloc, MemoryLevel};
+use crate::report::teardown::{ExitTail, Teardown};
 use crate::report::{TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
@@ -64,11 +66,15 @@ pub struct RanksReport {
     pub command: Which,
     /// One per trace, sorted by rank (traces without one last), then path.
     pub traces: Vec<RankRow>,
-    /// The trace whose peak was highest (the first of equals), against the median.
+    /// The trace whose peak was highest (the first of equals), against the median: PyTorch's
+    /// allocated peak when every trace has tensors, else the peak of all memory.
     pub highest: Highest,
     /// `live_bytes_at_end` and `live_allocations_at_end` summed over the traces.
     pub live_bytes_at_end: u64,
     pub live_allocations_at_end: u64,
+    /// `leaked_bytes` and `leaked_count` summed over the traces.
+    pub leaked_bytes: u64,
+    pub leaked_count: u64,
     /// `peak`: bytes held at each trace's peaks; `leaks`: live at the end; per site merged
     /// over the traces, largest first, at most `--top`. Null for `summary`.
     pub sites: Option<Vec<MergedSite>>,
@@ -89,6 +95,18 @@ pub struct RankRow {
     pub live_allocations_at_end: u64,
     pub allocations: u64,
     pub failed_allocations: u64,
+    /// What the merged sites and `leaked_*` count: `tensors` when the trace has a
+    /// framework allocator's tensors, else `segments`.
+    pub level: MemoryLevel,
+    /// PyTorch's own peaks (`torch.cuda.max_memory_allocated()` and
+    /// `max_memory_reserved()`), of its device that peaked highest; null without tensors.
+    pub allocated_peak_bytes: Option<u64>,
+    pub reserved_peak_bytes: Option<u64>,
+    /// What `leaks` counts for this trace, at its level: live at the end, or freed only by
+    /// the interpreter's teardown (`--max-leaked` checks it); for `summary` and `peak`, what
+    /// was live at the end at that level.
+    pub leaked_bytes: u64,
+    pub leaked_count: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -136,7 +154,7 @@ pub fn run(inputs: &[PathBuf], opts: &Options) -> Result<(), Error> {
         Which::Leaks => gate(
             &report,
             "leaked",
-            |r| r.live_bytes_at_end,
+            |r| r.leaked_bytes,
             "--max-leaked",
             opts.max_leaked,
         ),
@@ -259,9 +277,19 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
     let mut traces = Vec::with_capacity(entries.len());
     let mut merged = Merged::new();
     for (index, entry) in entries.iter().enumerate() {
-        let loaded = crate::input::load(&entry.path)?;
+        let mut tail = ExitTail::default();
+        let loaded = crate::input::load_observed(&entry.path, &mut [&mut tail])?;
         let r = &loaded.replayed;
         let mut sym = Symbolizer::of(&loaded);
+        let level = MemoryLevel::of(r, None);
+        let teardown = Teardown::find(&tail, &mut sym);
+        let freed_at_exit = teardown.as_ref().map_or(&[][..], |t| &t.freed[..]);
+        let leaked: Vec<&LiveAlloc> = r
+            .live
+            .iter()
+            .chain(freed_at_exit)
+            .filter(|a| level.counts(a.kind))
+            .collect();
         let mut keys: HashMap<u64, Vec<String>> = HashMap::new();
         let mut add = |stack: u64, kind: MemKind, bytes: u64, count: u64| {
             let key = keys
@@ -284,18 +312,23 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
         match opts.which {
             Which::Summary => {}
             Which::Peak => {
-                for row in r.rows.iter().filter(|row| row.kind.is_memory()) {
+                for row in r.rows.iter().filter(|row| level.counts(row.kind)) {
                     for s in &row.peak_sites {
                         add(s.stack, row.kind, s.bytes, s.count);
                     }
                 }
             }
             Which::Leaks => {
-                for a in r.live.iter().filter(|a| a.kind.is_memory()) {
+                for a in &leaked {
                     add(a.stack, a.kind, a.size, 1);
                 }
             }
         }
+        let pytorch = r
+            .allocators
+            .iter()
+            .filter(|a| a.framework == gpumemprof_format::FRAMEWORK_PYTORCH)
+            .max_by_key(|a| a.peak_allocated);
         crate::input::warn_all(sym.take_warnings());
         traces.push(RankRow {
             trace: TraceInfo::new(&entry.path, &loaded),
@@ -307,6 +340,11 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
             live_allocations_at_end: r.totals.live_allocations,
             allocations: r.totals.allocations,
             failed_allocations: r.totals.failed_allocations,
+            level,
+            allocated_peak_bytes: pytorch.map(|a| a.peak_allocated),
+            reserved_peak_bytes: pytorch.map(|a| a.peak_reserved),
+            leaked_bytes: leaked.iter().fold(0u64, |s, a| s.saturating_add(a.size)),
+            leaked_count: leaked.len() as u64,
         });
     }
     let sites = (opts.which != Which::Summary).then(|| shown(merged, &traces, opts.top));
@@ -318,6 +356,10 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
             .iter()
             .fold(0, |s, t| s.saturating_add(t.live_bytes_at_end)),
         live_allocations_at_end: traces.iter().map(|t| t.live_allocations_at_end).sum(),
+        leaked_bytes: traces
+            .iter()
+            .fold(0, |s, t| s.saturating_add(t.leaked_bytes)),
+        leaked_count: traces.iter().map(|t| t.leaked_count).sum(),
         sites_total: sites.as_ref().map(|(_, total)| *total),
         sites: sites.map(|(s, _)| s),
         traces,
@@ -351,17 +393,29 @@ fn shown(merged: Merged, traces: &[RankRow], top: usize) -> (Vec<MergedSite>, u6
     (sites, total)
 }
 
+/// The peak the traces are compared by: PyTorch's allocated peak when every trace has
+/// tensors (what `torch.cuda.max_memory_allocated()` says on each rank), else the peak of
+/// all memory.
+pub fn compared_peak(traces: &[RankRow]) -> impl Fn(&RankRow) -> u64 {
+    let tensors = !traces.is_empty() && traces.iter().all(|t| t.allocated_peak_bytes.is_some());
+    move |t: &RankRow| match t.allocated_peak_bytes {
+        Some(p) if tensors => p,
+        _ => t.peak_bytes,
+    }
+}
+
 /// The trace with the highest peak (the first of equals) and how far above the median.
 fn highest(traces: &[RankRow]) -> Highest {
+    let peak_of = compared_peak(traces);
     let mut index = 0;
     for (i, t) in traces.iter().enumerate() {
-        if t.peak_bytes > traces[index].peak_bytes {
+        if peak_of(t) > peak_of(&traces[index]) {
             index = i;
         }
     }
-    let mut peaks: Vec<u64> = traces.iter().map(|t| t.peak_bytes).collect();
+    let mut peaks: Vec<u64> = traces.iter().map(&peak_of).collect();
     let median = median(&mut peaks);
-    let peak = traces.get(index).map_or(0, |t| t.peak_bytes);
+    let peak = traces.get(index).map_or(0, &peak_of);
     Highest {
         index,
         rank: traces.get(index).and_then(|t| t.rank),

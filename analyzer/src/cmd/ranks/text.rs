@@ -105,25 +105,58 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
         units::plural(report.traces.len() as u64, "trace", "traces"),
         names.list(&(0..report.traces.len()).collect::<Vec<_>>())
     )?;
-    writeln!(
-        out,
-        "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  trace",
-        "rank", "host", "pid", "peak", "peak at", "live@end", "events"
-    )?;
-    for t in &report.traces {
+    // A PyTorch job's ranks in PyTorch's terms: its allocated and reserved peaks, and what
+    // each leaked in tensors.
+    let tensors = report
+        .traces
+        .iter()
+        .all(|t| t.allocated_peak_bytes.is_some());
+    if tensors {
         writeln!(
             out,
-            "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  {}",
+            "{:>5}  {:<16}  {:>8}  {:>10}  {:>10}  {:>10}  {:>9}  trace",
+            "rank", "host", "pid", "allocated", "reserved", "leaked", "events"
+        )?;
+        writeln!(
+            out,
+            "{:>5}  {:<16}  {:>8}  {:>10}  {:>10}",
+            "", "", "", "peak", "peak"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:>5}  {:<16}  {:>8}  {:>10}  {:>9}  {:>10}  {:>9}  trace",
+            "rank", "host", "pid", "peak", "peak at", "live@end", "events"
+        )?;
+    }
+    for t in &report.traces {
+        let (a, b, c) = if tensors {
+            (
+                units::bytes(t.allocated_peak_bytes.unwrap_or(0)),
+                units::bytes(t.reserved_peak_bytes.unwrap_or(0)),
+                units::bytes(t.leaked_bytes),
+            )
+        } else {
+            (
+                units::bytes(t.peak_bytes),
+                units::secs(t.peak_time_ns),
+                units::bytes(t.live_bytes_at_end),
+            )
+        };
+        writeln!(
+            out,
+            "{:>5}  {:<16}  {:>8}  {:>10}  {:>w$}  {:>10}  {:>9}  {}",
             t.rank.map_or_else(|| "?".to_string(), |r| r.to_string()),
             t.host.as_deref().unwrap_or("?"),
             t.trace
                 .pid
                 .map_or_else(|| "?".to_string(), |p| p.to_string()),
-            units::bytes(t.peak_bytes),
-            units::secs(t.peak_time_ns),
-            units::bytes(t.live_bytes_at_end),
+            a,
+            b,
+            c,
             t.trace.events,
-            t.trace.path
+            t.trace.path,
+            w = if tensors { 10 } else { 9 }
         )?;
     }
     for (i, t) in report.traces.iter().enumerate() {
@@ -159,25 +192,42 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     let h = &report.highest;
-    writeln!(
-        out,
-        "\nhighest peak: {}, {} at {}, {} above the median {}",
-        names.one(h.index),
-        units::bytes_exact(h.peak_bytes),
-        units::secs(report.traces.get(h.index).map_or(0, |t| t.peak_time_ns)),
-        units::bytes_exact(h.above_median_bytes),
-        units::bytes_exact(h.median_peak_bytes)
-    )?;
+    if tensors {
+        writeln!(
+            out,
+            "\nhighest allocated peak: {}, {}, {} above the median {}",
+            names.one(h.index),
+            units::bytes_exact(h.peak_bytes),
+            units::bytes_exact(h.above_median_bytes),
+            units::bytes_exact(h.median_peak_bytes)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "\nhighest peak: {}, {} at {}, {} above the median {}",
+            names.one(h.index),
+            units::bytes_exact(h.peak_bytes),
+            units::secs(report.traces.get(h.index).map_or(0, |t| t.peak_time_ns)),
+            units::bytes_exact(h.above_median_bytes),
+            units::bytes_exact(h.median_peak_bytes)
+        )?;
+    }
     let Some(sites) = &report.sites else {
         return Ok(());
     };
     let total = report.sites_total.unwrap_or(0);
+    let (one, many) = if tensors {
+        ("tensor", "tensors")
+    } else {
+        ("allocation", "allocations")
+    };
     if report.command == Which::Leaks {
         writeln!(
             out,
-            "\n{} in {} live at the end, all traces, from {}",
-            units::bytes_exact(report.live_bytes_at_end),
-            units::plural(report.live_allocations_at_end, "allocation", "allocations"),
+            "\n{} in {} leaked, all traces (live at the end, or freed only by the \
+             interpreter's teardown), from {}",
+            units::bytes_exact(report.leaked_bytes),
+            units::plural(report.leaked_count, one, many),
             units::plural(total, "call site", "call sites")
         )?;
     } else {
@@ -192,11 +242,15 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
     for (n, s) in sites.iter().enumerate() {
         writeln!(
             out,
-            "\n#{} {} in {} ({} memory), {}",
+            "\n#{} {} in {}{}, {}",
             n + 1,
             units::bytes_exact(s.bytes),
-            units::plural(s.count, "allocation", "allocations"),
-            s.kind,
+            units::plural(s.count, one, many),
+            if s.kind == "tensor" {
+                String::new()
+            } else {
+                format!(" ({} memory)", s.kind)
+            },
             names.list(&s.trace_indexes)
         )?;
         write_frames(out, &s.frames, "    ")?;
