@@ -56,6 +56,24 @@ pub fn load_observed(path: &Path, observers: &mut [&mut dyn Observer]) -> Result
     Ok(loaded)
 }
 
+/// `load_observed` keeping what was released after the last allocation
+/// (`Replayed::exit_tail`: where `report::teardown` finds the interpreter's teardown).
+pub fn load_keeping_exit(
+    path: &Path,
+    observers: &mut [&mut dyn Observer],
+) -> Result<Loaded, Error> {
+    let reader = open(path)?;
+    let replay = replay::Replay::keeping_exit();
+    let loaded = if observers.is_empty() {
+        replay::replay_with(reader, replay)
+    } else {
+        crate::observe::replay_observed_with(reader, observers, None, replay)
+    }
+    .map_err(|e| read_error(path, e))?;
+    warn_losses(path, &loaded);
+    Ok(loaded)
+}
+
 /// Neither a truncated trace nor damaged blocks are an error: the trace is reported from
 /// the blocks that could be read, with one warning for each kind of loss.
 pub fn warn_losses(path: &Path, loaded: &Loaded) {

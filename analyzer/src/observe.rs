@@ -82,11 +82,20 @@ pub fn cut(record: &Record, until: Option<u64>) -> Cut {
 /// `replay_observed` up to `until` (ns): the records stamped after it are left out, as if
 /// the trace ended there (what was live then is "live at the end"); see `cut`.
 pub fn replay_observed_until<R: Read>(
-    mut reader: TraceReader<R>,
+    reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
     until: Option<u64>,
 ) -> Result<Loaded, ReadError> {
-    let mut replay = Replay::new();
+    replay_observed_with(reader, observers, until, Replay::new())
+}
+
+/// `replay_observed_until` with a replay set up by the caller (`Replay::keeping_exit`).
+pub fn replay_observed_with<R: Read>(
+    mut reader: TraceReader<R>,
+    observers: &mut [&mut dyn Observer],
+    until: Option<u64>,
+    mut replay: Replay,
+) -> Result<Loaded, ReadError> {
     let mut changes = Vec::new();
     while let Some(record) = reader.next_salvaged()? {
         match cut(&record, until) {

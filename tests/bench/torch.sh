@@ -17,18 +17,20 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-7}; pairs=${2:-1000000}; depth=${3:-20}
 exe=$(ls -t "$root"/target/*/torch/build.*/caching_allocator | head -1)
-lib=$(dirname "$exe")
-shim=$root/target/release/libgpumemprof.so
+# The torch package's stand-in libcudart.so.13 and the simulated driver beside it.
+lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+shim=$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)
 trace=$(mktemp -u /tmp/gpumemprof-torch.XXXXXX.trace)
 modes="none off native"
 cmd=("$exe" bench "$pairs" "$depth")
 if [ "${PY:-0}" = 1 ]; then
   modes="none off native full"
-  inc=$(ls -d "$root"/target/*/torch/extracted | head -1)
-  so="$lib/libpairs.so"
-  g++ -std=c++20 -O1 -g -fno-omit-frame-pointer -shared -fPIC -I"$inc/torch/include" \
-    -I"$inc/nvidia/cu13/include" -o "$so" "$root/tests/torch/caching_allocator.cpp" \
-    -L"$inc/torch/lib" -lc10_cuda -lc10 -Wl,-rpath,"$inc/torch/lib" -Wl,-rpath-link,"$lib"
+  site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
+  cu13=$(ls -d "$root"/target/*/cuda-headers/extracted/nvidia/cu13/include | head -1)
+  so="$(dirname "$exe")/libpairs.so"
+  g++ -std=c++20 -O1 -g -fno-omit-frame-pointer -shared -fPIC -I"$site/torch/include" \
+    -I"$cu13" -o "$so" "$root/tests/torch/caching_allocator.cpp" \
+    -L"$site/torch/lib" -lc10_cuda -lc10 -Wl,-rpath,"$site/torch/lib" -Wl,-rpath-link,"$lib"
   cmd=(python3 -c "
 import ctypes, sys, time
 lib = ctypes.CDLL(sys.argv[1]); lib.gpumemprof_bench_pairs.argtypes = [ctypes.c_long]

@@ -256,26 +256,37 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
     return NVML_SUCCESS;
 }
 
+/* The process list's rules, both ABIs: NVML_SUCCESS with *n the entries to write (0 or 1:
+ * this process, using *used bytes), or the error to return. */
+static nvmlReturn_t process_list(nvmlDevice_t device, unsigned int *infoCount, int has_infos,
+                                 unsigned int *n, unsigned long long *used)
+{
+    int i = index_of(device);
+    if (i < 0 || infoCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *used = used_on(i);
+    *n = *used > 0 ? 1 : 0;
+    if (*infoCount < *n) {
+        *infoCount = *n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (*n > 0 && !has_infos)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = *n;
+    return NVML_SUCCESS;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                                 unsigned int *infoCount,
                                                                 nvmlProcessInfo_t *infos)
 {
     REQUIRE_INIT();
-    int i = index_of(device);
-    if (i < 0 || infoCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long used = used_on(i);
-    unsigned int n = used > 0 ? 1 : 0;
-    if (*infoCount < n) {
-        *infoCount = n;
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    if (n > 0 && infos == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (n > 0)
+    unsigned int n;
+    unsigned long long used;
+    nvmlReturn_t r = process_list(device, infoCount, infos != NULL, &n, &used);
+    if (r == NVML_SUCCESS && n > 0)
         infos[0] = (nvmlProcessInfo_t){(unsigned int)getpid(), used, NOT_MIG, NOT_MIG};
-    *infoCount = n;
-    return NVML_SUCCESS;
+    return r;
 }
 
 #undef nvmlDeviceGetComputeRunningProcesses /* nvml.h maps the name to _v3; this is the old one */
@@ -293,21 +304,12 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device
                                                              struct process_info_v1 *infos)
 {
     REQUIRE_INIT();
-    int i = index_of(device);
-    if (i < 0 || infoCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long used = used_on(i);
-    unsigned int n = used > 0 ? 1 : 0;
-    if (*infoCount < n) {
-        *infoCount = n;
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    if (n > 0 && infos == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (n > 0)
+    unsigned int n;
+    unsigned long long used;
+    nvmlReturn_t r = process_list(device, infoCount, infos != NULL, &n, &used);
+    if (r == NVML_SUCCESS && n > 0)
         infos[0] = (struct process_info_v1){(unsigned int)getpid(), used};
-    *infoCount = n;
-    return NVML_SUCCESS;
+    return r;
 }
 
 SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::nvml::{self, NvmlInfo};
 use crate::report::analyze::{self, Analysis};
 use crate::report::level::MemoryLevel;
-use crate::report::teardown::{ExitTail, Teardown};
+use crate::report::teardown::Teardown;
 use crate::report::{leaks, peak, summary, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::Symbolizer;
 use crate::term;
@@ -238,12 +238,11 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     prepare(dir, force)?;
     let mut analysis = Analysis::new();
     let mut counter = ApiCounter::new();
-    let mut tail = ExitTail::default();
-    let loaded = crate::input::load_observed(trace, &mut [&mut analysis, &mut counter, &mut tail])?;
+    let loaded = crate::input::load_keeping_exit(trace, &mut [&mut analysis, &mut counter])?;
     let r = &loaded.replayed;
     let info_of = || TraceInfo::new(trace, &loaded);
     let mut sym = Symbolizer::of(&loaded);
-    let teardown = Teardown::find(&tail, &mut sym);
+    let teardown = Teardown::find(&r.exit_tail, &mut sym);
     let mut bundle = Bundle {
         dir: dir.to_owned(),
         force,

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
 
-use super::{load, Output};
+use super::Output;
 use crate::error::Error;
 use crate::input::warn_all;
-use crate::report::teardown::{ExitTail, Teardown};
+use crate::report::teardown::Teardown;
 use crate::report::{leaks, summary, TraceInfo};
 use crate::snapshot::{Moment, SnapshotBuilder};
 use crate::symbolize::Symbolizer;
@@ -40,10 +40,9 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let mut timeline = TimelineBuilder::new();
     let mut peak = SnapshotBuilder::new(Moment::Peak, None);
     let mut first_oom = SnapshotBuilder::new(Moment::Oom(1), None);
-    let mut tail = ExitTail::default();
-    let loaded = load(
+    let loaded = crate::input::load_keeping_exit(
         &args.trace,
-        &mut [&mut timeline, &mut peak, &mut first_oom, &mut tail],
+        &mut [&mut timeline, &mut peak, &mut first_oom],
     )?;
     let t = timeline.finish();
     let peak = peak.finish().map_err(Error::Failed)?;
@@ -56,7 +55,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let mut sym = Symbolizer::of(&loaded);
     let summary = summary::build(info.clone(), r);
     let level = crate::report::level::MemoryLevel::of(r, None);
-    let teardown = Teardown::find(&tail, &mut sym);
+    let teardown = Teardown::find(&r.exit_tail, &mut sym);
     let leaks = leaks::build(
         info.clone(),
         r,

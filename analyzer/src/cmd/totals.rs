@@ -9,11 +9,11 @@ use serde::Serialize;
 use crate::cmd::common::{emit, gate};
 use crate::cmd::ranks;
 use crate::error::Error;
-use crate::input::{load, load_observed, warn_all};
+use crate::input::{load, load_keeping_exit, warn_all};
 use crate::replay::Replayed;
 use crate::report::by_range::{self, By};
 use crate::report::level::MemoryLevel;
-use crate::report::teardown::{ExitTail, Teardown};
+use crate::report::teardown::Teardown;
 use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
 use crate::symbolize::Symbolizer;
 
@@ -160,15 +160,14 @@ fn sites<T: Serialize>(
     if let Some(traces) = input.several() {
         return ranks::run(&traces, &several);
     }
-    let mut tail = ExitTail::default();
     let loaded = if teardown {
-        load_observed(&input.trace, &mut [&mut tail])?
+        load_keeping_exit(&input.trace, &mut [])?
     } else {
         load(&input.trace)?
     };
     let r = &loaded.replayed;
     let mut sym = Symbolizer::of(&loaded);
-    let teardown = Teardown::find(&tail, &mut sym);
+    let teardown = Teardown::find(&r.exit_tail, &mut sym);
     let trace = TraceInfo::new(&input.trace, &loaded);
     let (report, text, (what, value, flag, limit)) = build(
         trace,

@@ -75,8 +75,15 @@ impl Loaded {
 }
 
 /// Streams every record of `reader` through a `Replay`.
-pub fn replay<R: Read>(mut reader: TraceReader<R>) -> Result<Loaded, ReadError> {
-    let mut replay = Replay::new();
+pub fn replay<R: Read>(reader: TraceReader<R>) -> Result<Loaded, ReadError> {
+    replay_with(reader, Replay::new())
+}
+
+/// `replay` with a replay set up by the caller (`Replay::keeping_exit`).
+pub fn replay_with<R: Read>(
+    mut reader: TraceReader<R>,
+    mut replay: Replay,
+) -> Result<Loaded, ReadError> {
     loop {
         let next = reader.next_record();
         // Allocs and frees are applied where the reader put them: moving the record out

@@ -19,6 +19,16 @@ pub struct LiveAlloc {
     pub kind: MemKind,
 }
 
+/// An allocation released, with the stack and time of the free that released it: what the
+/// replay keeps of the frees after the last allocation, when asked (`Replay::keeping_exit`;
+/// `report::teardown` reads them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    pub alloc: LiveAlloc,
+    pub free_stack: u64,
+    pub time_ns: u64,
+}
+
 /// A failed allocation call, kept for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailedAlloc {

@@ -34,6 +34,9 @@ pub struct Replayed {
     /// Allocations live at the end of the trace, in no particular order (reservations and
     /// VMM handles included: filter on `kind.is_memory()`).
     pub live: Vec<LiveAlloc>,
+    /// With `Replay::keeping_exit`: the allocations released after the last one made, in
+    /// order, with their frees' stacks (the interpreter's teardown is among them); else empty.
+    pub exit_tail: Vec<Released>,
     /// NVML samples per device, sorted by device; empty when the trace has none.
     pub nvml: Vec<NvmlDevice>,
     pub stacks: HashMap<u64, StackInfo>,
@@ -79,6 +82,9 @@ pub struct Replay {
     nvml: Vec<NvmlDevice>,
     /// Set only inside `record_changes`: where `alloc` and `release` report changes.
     journal: Option<Vec<LiveChange>>,
+    /// With `keeping_exit`: the releases since the last allocation, and the stack and time
+    /// of the free being applied.
+    exit_tail: Option<Box<(Vec<Released>, u64, u64)>>,
     /// Allocations live at `totals`' peak (what `Ranges` starts from).
     peak_allocations: u64,
     /// NVTX range attribution, from the trace's first NVTX record on (boxed: a trace
@@ -90,6 +96,16 @@ pub struct Replay {
 impl Replay {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A replay that also keeps what was released after the last allocation
+    /// (`Replayed::exit_tail`), for `leaks` (memory only, as the releases of one step at most,
+    /// or of what was live).
+    pub fn keeping_exit() -> Self {
+        Replay {
+            exit_tail: Some(Box::default()),
+            ..Self::default()
+        }
     }
 
     /// `record`, also appending to `changes` every allocation the record made live or
@@ -274,6 +290,9 @@ impl Replay {
             device: a.device,
             kind: a.kind,
         };
+        if let Some(tail) = self.exit_tail.as_deref_mut() {
+            tail.0.clear();
+        }
         if let Some(journal) = self.journal.as_mut() {
             journal.push(LiveChange::Added(live));
         }
@@ -317,6 +336,9 @@ impl Replay {
             self.failed_frees += 1;
             return;
         }
+        if let Some(tail) = self.exit_tail.as_deref_mut() {
+            (tail.1, tail.2) = (f.stack, f.time_ns);
+        }
         let space = f.kind.space();
         if f.flags & FREE_RANGE != 0 {
             // Mappings inside the range lie end to end (an unmap covers whole,
@@ -348,6 +370,14 @@ impl Replay {
     pub(super) fn release(&mut self, freed: LiveAlloc) {
         if let Some(journal) = self.journal.as_mut() {
             journal.push(LiveChange::Released(freed));
+        }
+        if let Some(tail) = self.exit_tail.as_deref_mut() {
+            let (released, free_stack, time_ns) = tail;
+            released.push(Released {
+                alloc: freed,
+                free_stack: *free_stack,
+                time_ns: *time_ns,
+            });
         }
         let row = self.row(freed.device, freed.kind);
         if row.peak_pending {
@@ -509,6 +539,7 @@ impl Replay {
             unknown_frees: self.unknown_frees,
             failed_frees: self.failed_frees,
             failures: self.failures,
+            exit_tail: self.exit_tail.map(|t| t.0).unwrap_or_default(),
             out_of_memory_errors: self.out_of_memory - self.refusal_attempts,
             live,
             stacks: self.stacks.into_iter().collect(),

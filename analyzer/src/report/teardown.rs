@@ -11,17 +11,14 @@
 //!                                                teardown.start_ns
 //! ```
 //!
-//! `ExitTail` watches the replay and keeps the allocations released since the last one
-//! made (teardown allocates nothing, so it is all in there; memory: the frees of one step at
-//! most, or what was live); `Teardown::find` then symbolizes their frees' stacks and finds
-//! the first free made by the interpreter's teardown. Everything released from then on was
+//! The replay keeps the allocations released since the last one made, with their frees'
+//! stacks (`Replay::keeping_exit`; teardown allocates nothing, so it is all in there; memory:
+//! the frees of one step at most, or what was live); `Teardown::find` then symbolizes those
+//! stacks and finds the first free made by the interpreter's teardown. Everything released from then on was
 //! freed at exit. Without Python (or without frees in teardown) there is none.
 
-use gpumemprof_format::Record;
-
 use crate::fasthash::FastMap;
-use crate::observe::Observer;
-use crate::replay::{LiveAlloc, LiveChange};
+use crate::replay::{LiveAlloc, Released};
 use crate::symbolize::Symbolizer;
 
 /// CPython's functions that tear the interpreter down (3.9 to 3.13).
@@ -33,45 +30,6 @@ const TEARDOWN_FUNCTIONS: &[&str] = &[
     "finalize_modules",
     "_PyImport_Cleanup",
 ];
-
-/// An allocation released, with the stack of the free that released it.
-#[derive(Debug, Clone, Copy)]
-struct Released {
-    alloc: LiveAlloc,
-    free_stack: u64,
-    time_ns: u64,
-}
-
-/// Watches a replay: the allocations released since the last allocation was made.
-#[derive(Debug, Default)]
-pub struct ExitTail {
-    /// The stack of the free record being applied.
-    free_stack: u64,
-    tail: Vec<Released>,
-}
-
-impl Observer for ExitTail {
-    fn record(&mut self, record: &Record) {
-        self.free_stack = match record {
-            Record::Free(f) => f.stack,
-            Record::Tensor(t) if t.delta < 0 => t.stack,
-            _ => 0,
-        };
-    }
-
-    fn changes(&mut self, time_ns: u64, changes: &[LiveChange]) {
-        for c in changes {
-            match c {
-                LiveChange::Added(_) => self.tail.clear(),
-                LiveChange::Released(a) => self.tail.push(Released {
-                    alloc: *a,
-                    free_stack: self.free_stack,
-                    time_ns,
-                }),
-            }
-        }
-    }
-}
 
 /// The interpreter's teardown, as the trace shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,10 +44,11 @@ pub struct Teardown {
 }
 
 impl Teardown {
-    /// The teardown in `tail`, if any free in it was made by the interpreter's teardown.
-    pub fn find(tail: &ExitTail, sym: &mut Symbolizer) -> Option<Teardown> {
+    /// The teardown in `tail` (`Replayed::exit_tail`), if any free in it was made by the
+    /// interpreter's teardown.
+    pub fn find(tail: &[Released], sym: &mut Symbolizer) -> Option<Teardown> {
         let mut seen: FastMap<u64, Option<String>> = FastMap::default();
-        let first = tail.tail.iter().enumerate().find_map(|(i, r)| {
+        let first = tail.iter().enumerate().find_map(|(i, r)| {
             seen.entry(r.free_stack)
                 .or_insert_with(|| teardown_function(sym, r.free_stack))
                 .clone()
@@ -97,9 +56,9 @@ impl Teardown {
         })?;
         let (i, function) = first;
         Some(Teardown {
-            start_ns: tail.tail[i].time_ns,
+            start_ns: tail[i].time_ns,
             function,
-            freed: tail.tail[i..].iter().map(|r| r.alloc).collect(),
+            freed: tail[i..].iter().map(|r| r.alloc).collect(),
         })
     }
 }
@@ -118,56 +77,47 @@ fn teardown_function(sym: &mut Symbolizer, id: u64) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use gpumemprof_format::{MemKind, Tensor};
+    use crate::replay::Replay;
+    use gpumemprof_format::{MemKind, Record, Tensor};
 
-    fn alloc(address: u64) -> LiveAlloc {
-        LiveAlloc {
-            address,
-            time_ns: 1,
-            size: 512,
-            stack: 7,
-            device: 0,
-            kind: MemKind::Tensor,
-        }
-    }
-
-    fn free_record(stack: u64) -> Record {
+    fn tensor(time_ns: u64, address: u64, delta: i64, stack: u64) -> Record {
         Record::Tensor(Tensor {
-            time_ns: 5,
+            time_ns,
             tid: 1,
             framework: 1,
             device: 0,
-            address: 0,
-            delta: -512,
+            address,
+            delta,
             allocated: 0,
             reserved: 0,
             stack,
         })
     }
 
-    /// The tail keeps what was released after the last allocation, each with its free's
-    /// stack; an allocation starts it over.
+    /// The replay keeps what was released after the last allocation, each with its free's
+    /// stack and time; an allocation starts it over.
     #[test]
-    fn the_tail_is_what_was_freed_since_the_last_allocation() {
-        let mut t = ExitTail::default();
-        t.record(&free_record(3));
-        t.changes(5, &[LiveChange::Released(alloc(0x10))]);
-        t.record(&Record::Stack {
-            id: 9,
-            frames: vec![],
-        });
-        t.changes(6, &[LiveChange::Added(alloc(0x20))]);
-        assert!(t.tail.is_empty());
-        t.record(&free_record(4));
-        t.changes(7, &[LiveChange::Released(alloc(0x20))]);
-        t.record(&free_record(5));
-        t.changes(8, &[LiveChange::Released(alloc(0x30))]);
-        let kept: Vec<(u64, u64, u64)> = t
-            .tail
+    fn the_exit_tail_is_what_was_freed_since_the_last_allocation() {
+        let mut r = Replay::keeping_exit();
+        for rec in [
+            tensor(1, 0x10, 512, 7),
+            tensor(2, 0x10, -512, 3),
+            tensor(3, 0x20, 512, 7),
+            tensor(4, 0x30, 512, 7),
+            tensor(5, 0x20, -512, 4),
+            tensor(6, 0x30, -512, 5),
+        ] {
+            r.record(rec);
+        }
+        let tail = r.finish().exit_tail;
+        let kept: Vec<(u64, u64, u64, MemKind)> = tail
             .iter()
-            .map(|r| (r.alloc.address, r.free_stack, r.time_ns))
+            .map(|x| (x.alloc.address, x.free_stack, x.time_ns, x.alloc.kind))
             .collect();
-        assert_eq!(kept, vec![(0x20, 4, 7), (0x30, 5, 8)]);
+        assert_eq!(
+            kept,
+            vec![(0x20, 4, 5, MemKind::Tensor), (0x30, 5, 6, MemKind::Tensor)]
+        );
+        assert!(Replay::new().finish().exit_tail.is_empty());
     }
 }

@@ -12,8 +12,8 @@
 //! loaded with `RTLD_LOCAL` after a preloaded one finds the preloaded one's; a copy alone
 //! finds its own (or none, loaded locally), and records.
 
-use crate::sys::dl;
-use std::ffi::{c_void, CStr};
+use crate::sys::dl::{self, elf};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// This copy's mark, exported so other copies can find it (`dl::SHIM_MARK` names it).
@@ -29,29 +29,11 @@ static STANDING_DOWN: AtomicBool = AtomicBool::new(false);
 /// through the global scope (and find the first copy's).
 pub(super) fn decide() {
     let first = dl::lookup(libc::RTLD_DEFAULT, dl::SHIM_MARK);
-    let another = match (object_of(first), object_of(decide as *mut c_void)) {
+    let another = match (elf::base_of(first), elf::base_of(decide as *mut c_void)) {
         (Some(theirs), Some(ours)) => theirs != ours,
         _ => false,
     };
     STANDING_DOWN.store(another, Ordering::Relaxed);
-}
-
-/// The load address of the object holding `addr`.
-fn object_of(addr: *mut c_void) -> Option<usize> {
-    dl_info(addr).map(|i| i.dli_fbase as usize)
-}
-
-fn dl_info(addr: *mut c_void) -> Option<libc::Dl_info> {
-    if addr.is_null() {
-        return None;
-    }
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
-    // SAFETY: dladdr only reads the loader's tables and fills `info` when it succeeds.
-    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
-        return None;
-    }
-    // SAFETY: dladdr succeeded.
-    Some(unsafe { info.assume_init() })
 }
 
 /// Whether another copy of the shim records this process (this one passes through).
@@ -67,32 +49,21 @@ pub(super) fn warning() -> String {
     format!(
         "{} already records this process: this copy of the shim ({}) stands down and passes \
          every call through",
-        path_of(first).unwrap_or_else(|| "another copy of the shim".into()),
-        path_of(mine).unwrap_or_else(|| "the second one".into())
+        elf::path_of(first).unwrap_or_else(|| "another copy of the shim".into()),
+        elf::path_of(mine).unwrap_or_else(|| "the second one".into())
     )
 }
 
 /// When other copies of the shim are loaded besides this recording one: the warning that
 /// says they stand down.
 pub(super) fn others_warning() -> Option<String> {
-    let others = dl::elf::paths_defining(dl::SHIM_MARK, others_warning as *const c_void);
+    let others = elf::paths_defining(dl::SHIM_MARK, others_warning as *const c_void);
     (!others.is_empty()).then(|| {
         format!(
             "another copy of the shim is loaded too ({}): it stands down; this one ({}) \
              records the process",
             others.join(", "),
-            path_of(others_warning as *mut c_void).unwrap_or_else(|| "the first".into())
+            elf::path_of(others_warning as *mut c_void).unwrap_or_else(|| "the first".into())
         )
-    })
-}
-
-/// The file of the object holding `addr`.
-fn path_of(addr: *mut c_void) -> Option<String> {
-    let name = dl_info(addr)?.dli_fname;
-    // SAFETY: dladdr filled it: the object's NUL-terminated path owned by the loader, or null.
-    (!name.is_null()).then(|| {
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
     })
 }

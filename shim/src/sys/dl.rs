@@ -177,14 +177,7 @@ pub mod elf {
     /// `RTLD_NEXT` cannot see: those loaded with `RTLD_LOCAL` (ctypes, Python extension
     /// modules) and what they link.
     pub fn find_in_any(name: &CStr, not_in: *const c_void) -> *mut c_void {
-        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-        // SAFETY: valid out-pointer; dladdr only reads the loader's tables.
-        let skip = if unsafe { libc::dladdr(not_in, info.as_mut_ptr()) } != 0 {
-            // SAFETY: dladdr succeeded, so it filled `info`.
-            unsafe { info.assume_init() }.dli_fbase as u64
-        } else {
-            0
-        };
+        let skip = base_of(not_in as *mut c_void).unwrap_or(0);
         let mut s = Search {
             want: &[],
             any_but: Some(skip),
@@ -198,48 +191,63 @@ pub mod elf {
 
     /// Whether `p` lies in an object that defines `SHIM_MARK`: a copy of the shim.
     pub fn in_shim_copy(p: *mut c_void) -> bool {
-        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-        // SAFETY: valid out-pointer; dladdr only reads the loader's tables.
-        if unsafe { libc::dladdr(p, info.as_mut_ptr()) } == 0 {
-            return false;
-        }
-        // SAFETY: dladdr succeeded, so it filled `info`.
-        let base = unsafe { info.assume_init() }.dli_fbase as u64;
-        let mut s = Marked {
-            base,
-            marked: false,
-        };
-        // SAFETY: as in `find_in_loaded`.
-        unsafe { libc::dl_iterate_phdr(Some(visit_marked), &mut s as *mut Marked as *mut c_void) };
-        s.marked
+        base_of(p).is_some_and(|base| defining(super::SHIM_MARK).iter().any(|(b, _)| *b == base))
     }
 
-    /// The paths of the loaded objects that define `name`, other than the one at `not_at`.
-    pub fn paths_defining(name: &CStr, not_at: *const c_void) -> Vec<String> {
+    /// The paths of the loaded objects that define `name`, other than the one holding
+    /// `not_in`.
+    pub fn paths_defining(name: &CStr, not_in: *const c_void) -> Vec<String> {
+        let skip = base_of(not_in as *mut c_void);
+        defining(name)
+            .into_iter()
+            .filter(|(base, _)| Some(*base) != skip)
+            .map(|(_, path)| path)
+            .collect()
+    }
+
+    /// The load address of the object holding `addr`.
+    pub fn base_of(addr: *mut c_void) -> Option<u64> {
+        dl_info(addr).map(|i| i.dli_fbase as u64)
+    }
+
+    /// The path of the object holding `addr`.
+    pub fn path_of(addr: *mut c_void) -> Option<String> {
+        let name = dl_info(addr)?.dli_fname;
+        // SAFETY: dladdr filled it: the object's NUL-terminated path owned by the loader,
+        // or null.
+        (!name.is_null()).then(|| {
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+
+    fn dl_info(addr: *mut c_void) -> Option<libc::Dl_info> {
         let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
         // SAFETY: valid out-pointer; dladdr only reads the loader's tables.
-        let skip = if unsafe { libc::dladdr(not_at, info.as_mut_ptr()) } != 0 {
-            // SAFETY: dladdr succeeded, so it filled `info`.
-            unsafe { info.assume_init() }.dli_fbase as u64
-        } else {
-            0
-        };
+        if addr.is_null() || unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+            return None;
+        }
+        // SAFETY: dladdr succeeded, so it filled `info`.
+        Some(unsafe { info.assume_init() })
+    }
+
+    /// The loaded objects that define `name`: their load address and path.
+    fn defining(name: &CStr) -> Vec<(u64, String)> {
         let mut s = Defining {
             name,
-            skip,
-            paths: Vec::new(),
+            found: Vec::new(),
         };
         // SAFETY: as in `find_in_loaded`.
         unsafe {
             libc::dl_iterate_phdr(Some(visit_defining), &mut s as *mut Defining as *mut c_void)
         };
-        s.paths
+        s.found
     }
 
     struct Defining<'a> {
         name: &'a CStr,
-        skip: u64,
-        paths: Vec<String>,
+        found: Vec<(u64, String)>,
     }
 
     unsafe extern "C" fn visit_defining(
@@ -249,34 +257,13 @@ pub mod elf {
     ) -> c_int {
         let s = &mut *(data as *mut Defining);
         let info = &*info;
-        if info.dlpi_addr != s.skip && !info.dlpi_name.is_null() && defines(info, s.name) {
-            s.paths.push(
-                CStr::from_ptr(info.dlpi_name)
-                    .to_string_lossy()
-                    .into_owned(),
-            );
+        if !info.dlpi_name.is_null() && defines(info, s.name) {
+            let path = CStr::from_ptr(info.dlpi_name)
+                .to_string_lossy()
+                .into_owned();
+            s.found.push((info.dlpi_addr, path));
         }
         0
-    }
-
-    struct Marked {
-        base: u64,
-        marked: bool,
-    }
-
-    /// Finds the object loaded at `base` and whether it defines `SHIM_MARK`.
-    unsafe extern "C" fn visit_marked(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        let s = &mut *(data as *mut Marked);
-        let info = &*info;
-        if info.dlpi_addr != s.base {
-            return 0;
-        }
-        s.marked = defines(info, super::SHIM_MARK);
-        1
     }
 
     /// Whether the object of `info` defines `name`.

@@ -29,7 +29,7 @@ use crate::cmd::common;
 use crate::error::Error;
 use crate::input::rank_of;
 use crate::replay::{LiveAlloc, MemoryLevel};
-use crate::report::teardown::{ExitTail, Teardown};
+use crate::report::teardown::Teardown;
 use crate::report::{TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
@@ -277,12 +277,11 @@ pub fn build(entries: &[Entry], opts: &Options) -> Result<RanksReport, Error> {
     let mut traces = Vec::with_capacity(entries.len());
     let mut merged = Merged::new();
     for (index, entry) in entries.iter().enumerate() {
-        let mut tail = ExitTail::default();
-        let loaded = crate::input::load_observed(&entry.path, &mut [&mut tail])?;
+        let loaded = crate::input::load_keeping_exit(&entry.path, &mut [])?;
         let r = &loaded.replayed;
         let mut sym = Symbolizer::of(&loaded);
         let level = MemoryLevel::of(r, None);
-        let teardown = Teardown::find(&tail, &mut sym);
+        let teardown = Teardown::find(&r.exit_tail, &mut sym);
         let freed_at_exit = teardown.as_ref().map_or(&[][..], |t| &t.freed[..]);
         let leaked: Vec<&LiveAlloc> = r
             .live

@@ -222,10 +222,15 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
         ("allocation", "allocations")
     };
     if report.command == Which::Leaks {
+        // Leaked is live at the end unless tensors are counted or a teardown freed some.
+        let when = if tensors || report.leaked_bytes != report.live_bytes_at_end {
+            "leaked, all traces (live at the end, or freed only by the interpreter's teardown)"
+        } else {
+            "live at the end, all traces"
+        };
         writeln!(
             out,
-            "\n{} in {} leaked, all traces (live at the end, or freed only by the \
-             interpreter's teardown), from {}",
+            "\n{} in {} {when}, from {}",
             units::bytes_exact(report.leaked_bytes),
             units::plural(report.leaked_count, one, many),
             units::plural(total, "call site", "call sites")

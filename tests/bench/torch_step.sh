@@ -1,0 +1,53 @@
+#!/bin/bash
+# The cost of profiling a real PyTorch training step, per tensor (BENCHMARKS.md): the step of
+# tests/bench/torch_step.py on the unmodified torch package and the simulated GPU, run plain,
+# under the shim (GPUMEMPROF_STACKS=off, native, full: native and Python frames) and under
+# PyTorch's own recorder (_record_memory_history with stacks='python' and 'all'), the modes
+# run after run in turn so that drift hits all alike. Prints each mode's median ns per step and
+# its cost per tensor over the plain step: the difference of the medians, and the median of
+# each run's difference from the plain run made just before it, divided by the tensors a step
+# allocates.
+#
+# usage: tests/bench/torch_step.sh [RUNS [STEPS]]   (defaults: 7 200)
+# Needs the torch package the tests install (cargo test --test e2e_torch_train, or the README's
+# test command) and a release shim (cargo build --release -p gpumemprof-shim).
+set -e
+root=$(cd "$(dirname "$0")/../.." && pwd)
+runs=${1:-7}; steps=${2:-200}
+site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
+lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+shim=$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)
+trace=$(mktemp -u /tmp/gpumemprof-step.XXXXXX.trace)
+modes="none off native full torch_python torch_all"
+declare -A res
+tensors=
+for r in $(seq "$runs"); do
+  for mode in $modes; do
+    pre=(); rec=none; stacks=off
+    case $mode in
+      off|native|full) pre=(LD_PRELOAD="$shim"); stacks=$mode ;;
+      torch_python) rec=python ;;
+      torch_all) rec=all ;;
+    esac
+    out=$(env PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824 \
+      GPUMEMPROF_OUTPUT="$trace" GPUMEMPROF_QUIET=1 GPUMEMPROF_NVML_MS=0 GPUMEMPROF_STACKS=$stacks \
+      "${pre[@]}" python3 "$root/tests/bench/torch_step.py" "$steps" "$rec" 2>/dev/null)
+    rm -f "$trace"
+    ns=$(echo "$out" | sed -n 's/^ns_per_step=//p')
+    tensors=$(echo "$out" | sed -n 's/^tensors_per_step=//p')
+    res[$mode]+=" $ns"
+  done
+done
+echo "tensors per step: $tensors"
+python3 - "$tensors" "${res[none]}" "${res[off]}" "${res[native]}" "${res[full]}" "${res[torch_python]}" "${res[torch_all]}" <<'PY'
+import statistics as s, sys
+tensors = float(sys.argv[1])
+names = ["none", "off", "native", "full", "torch_python", "torch_all"]
+runs = {n: [float(x) for x in v.split()] for n, v in zip(names, sys.argv[2:])}
+base = s.median(runs["none"])
+for n in names:
+    m = s.median(runs[n])
+    paired = s.median(a - b for a, b in zip(runs[n], runs["none"]))
+    print(f"{n:13s} median {m/1000:9.1f} us/step  per tensor: +{(m - base)/tensors:7.1f} ns "
+          f"(paired +{paired/tensors:7.1f} ns)  runs: {' '.join(f'{x/1000:.1f}' for x in runs[n])}")
+PY
