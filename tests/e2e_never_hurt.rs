@@ -1,7 +1,8 @@
 //! The profiler must never hurt the job: what went wrong under a fault injector and a
 //! newcomer's setups, each run as the user ran it and held to what the job does without us.
 //! Two copies of the shim in one process (a pip install's and a source build's), a file size
-//! limit (`ulimit -f`) the trace reaches, and a job that makes 100,000 short-lived threads.
+//! limit (`ulimit -f`) the trace reaches, a job that makes 100,000 short-lived threads, and a
+//! trace list that another user replaced with a symbolic link.
 
 use std::path::Path;
 use std::process::Command;
@@ -169,4 +170,37 @@ fn short_lived_threads_do_not_grow_the_shims_memory() {
         traced < plain + 12 * 1024,
         "peak RSS {traced} KiB under the shim against {plain} KiB without it"
     );
+}
+
+/// `GPUMEMPROF_TRACE_LIST` names a symbolic link (another user's, planted in a shared
+/// directory): the shim does not follow it, says so once, and the job and its trace go on.
+#[test]
+fn a_trace_list_that_is_a_symbolic_link_is_not_followed() {
+    let dir = scratch("never_hurt_trace_list_link");
+    let target = dir.join("not-yours.txt");
+    std::fs::write(&target, "untouched\n").unwrap();
+    let list = dir.join("traces.txt");
+    std::os::unix::fs::symlink(&target, &list).unwrap();
+    let trace = dir.join("leak.trace");
+    let mut cmd = program_command("train_leak");
+    cmd.arg("2")
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_TRACE_LIST", &list)
+        .env("GPUMEMPROF_NVML_MS", "0");
+    let ended = run_within(cmd, Duration::from_secs(60));
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
+    assert_eq!(
+        ended.stderr.matches("gpumemprof: warning:").count(),
+        1,
+        "{}",
+        ended.stderr
+    );
+    assert!(
+        ended.stderr.contains(&list.display().to_string()),
+        "{}",
+        ended.stderr
+    );
+    assert_eq!(report("leaks", &trace, &[])["total_bytes"], 2 << 20);
 }

@@ -198,7 +198,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_TRACE_LIST",
         default: "unset",
-        doc: "A file to which each process appends the absolute path of its trace, as one line written with one `write(2)` (`O_APPEND`), when it creates the trace. `gpumemprof run` sets it to list every trace of a process tree. If the file cannot be written, a warning is printed and the program goes on.",
+        doc: "A file to which each process appends the absolute path of its trace, as one line written with one `write(2)` (`O_APPEND`), when it creates the trace. `gpumemprof run` sets it to list every trace of a process tree. The file is never opened through a symbolic link (`O_NOFOLLOW`: a link another user planted must not choose what a process appends to). If the file cannot be written, a warning is printed and the program goes on.",
     },
     Var {
         name: "GPUMEMPROF_FRAMEWORK_MODES",

@@ -168,7 +168,9 @@ pub fn framework(cfg: &Config, env: impl Fn(&str) -> Option<String>) -> serde_js
 /// (`GPUMEMPROF_TRACE_LIST`), with one `write(2)` on an `O_APPEND` descriptor, so lines
 /// of processes that create their traces at once never mix. Called once per trace file,
 /// when it is created (never on the hot path or in a signal handler). A failure is one
-/// warning; the program goes on.
+/// warning; the program goes on. The list is opened as the trace is, never through a
+/// symbolic link (`O_NOFOLLOW`): a link planted in a shared directory by another user must
+/// not make a process, maybe run as root, append to a file of the link's choosing.
 pub fn note_trace(list: &str, path: &str) {
     let mut line = if path.starts_with('/') {
         path.to_string()
@@ -184,7 +186,7 @@ pub fn note_trace(list: &str, path: &str) {
     let fd = unsafe {
         libc::open(
             c.as_ptr(),
-            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             0o600 as libc::c_uint,
         )
     };
