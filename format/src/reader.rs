@@ -266,6 +266,13 @@ impl<R: Read> TraceReader<R> {
             .read_to_end(&mut self.comp);
         got.inspect_err(|_| self.done = true)?;
         if self.comp.len() < len {
+            // The file ends inside the block: cut short, unless its length was wrong and
+            // another block starts inside what was read (then it is damage, read past).
+            let seen = [&len4[..], &self.comp[..]].concat();
+            if salvage::block_start_in(&seen).is_some() {
+                let what = format!("block length {len} runs past the end of the file");
+                return Err(self.skip_damaged(len4, what));
+            }
             self.done = true;
             self.truncated = true;
             return Ok(());

@@ -1116,6 +1116,19 @@ fn a_damaged_block_is_skipped_and_its_bytes_and_events_are_counted() {
     assert_eq!(recs.len(), 5, "{recs:?}");
     assert_eq!((damage.blocks, damage.bytes), (1, (at[2] - at[1]) as u64));
 
+    // Its length field damaged to a larger value within the limit, running past the end of
+    // the file: not a cut file (another block starts inside it), so the same again.
+    let mut long_len = good.clone();
+    long_len[at[1] + 2] = 0x7f;
+    let (recs, damage, _) = salvaged(&long_len);
+    assert_eq!(recs.len(), 5, "{recs:?}");
+    assert_eq!((damage.blocks, damage.bytes), (1, (at[2] - at[1]) as u64));
+    let why = &damage.first.as_ref().unwrap().1;
+    assert!(why.contains("runs past the end of the file"), "{why}");
+    let mut r = TraceReader::open(Cursor::new(&long_len[..])).unwrap();
+    while r.next_salvaged().unwrap().is_some() {}
+    assert!(!r.truncated());
+
     // The last block damaged: no counters after it, so its events are not known.
     let mut last = good.clone();
     let end = last.len();

@@ -5,6 +5,8 @@
 //! length is intact is simply stepped over; one whose length is damaged leaves no way to
 //! know where the next block starts, so the bytes after it are searched for a frame header
 //! (zstd's magic number after a length within the limit) and reading goes on there. A
+//! length within the limit that runs past the end of the file is damage too, not the end of
+//! a cut file, when another block starts inside what it claims. A
 //! false match (the magic inside compressed bytes) fails to decompress in turn and the
 //! search goes on past it.
 
@@ -150,6 +152,12 @@ impl<R: Read> Source<R> {
         self.back = bytes;
         self.at = 0;
     }
+}
+
+/// Where, past its first byte, `seen` (a block's length field and the bytes after it) holds
+/// the start of another block.
+pub(super) fn block_start_in(seen: &[u8]) -> Option<usize> {
+    find_block_start(seen, 1)
 }
 
 /// The first `i >= from` where `window[i..]` starts with a length no larger than the limit
