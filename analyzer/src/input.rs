@@ -90,6 +90,13 @@ pub fn warn_losses(path: &Path, loaded: &Loaded) {
             loaded.blocks
         ));
     }
+    if let Some(at) = loaded.second_trace_at {
+        term::warn(&format!(
+            "{}: another trace starts at byte {at} (two traces concatenated?); only the first \
+             is read: split the file there to read the second",
+            path.display()
+        ));
+    }
     let d = &loaded.damage;
     if let Some((offset, why)) = &d.first {
         term::warn(&format!(

@@ -860,3 +860,33 @@ int main() { return model::alloc_weights(3) == nullptr; }
         assert_eq!(f["line"], 2);
     }
 }
+
+/// `cat a.trace b.trace > both.trace`: the first trace is reported, with one warning that
+/// says where the second starts; the second's allocations are not the first process's.
+#[test]
+fn two_concatenated_traces_are_not_read_as_one_process() {
+    let dir = tmp_dir("concatenated");
+    let (one, _) = trace_bytes(&[vec![alloc(1, 0, DEV, 0x10, 100, 0), end(2, 1)]]);
+    let (two, _) = trace_bytes(&[vec![alloc(1, 0, DEV, 0x20, 300, 0), end(2, 1)]]);
+    let path = dir.join("both.gmt");
+    std::fs::write(&path, [&one[..], &two[..]].concat()).expect("write");
+    let p = path.to_str().expect("utf-8");
+    let out = gpumemprof(&["summary", p, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stderr_lines(&out),
+        vec![format!(
+            "gpumemprof: warning: {p}: another trace starts at byte {} (two traces \
+             concatenated?); only the first is read: split the file there to read the second",
+            one.len()
+        )]
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (
+            &v["totals"]["allocations"],
+            &v["totals"]["live_bytes_at_end"]
+        ),
+        (&json!(1), &json!(100))
+    );
+}

@@ -19,7 +19,7 @@ use crate::header::{read_full, read_preamble, Preamble};
 use crate::packed::Running;
 use crate::record::Record;
 use crate::varint::Cursor;
-use crate::{kind, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW};
+use crate::{kind, MAGIC, MAX_BLOCK_COMPRESSED, MAX_BLOCK_RAW};
 pub use salvage::Damage;
 use salvage::Source;
 
@@ -37,6 +37,9 @@ pub struct TraceReader<R: Read> {
     bytes_read: u64,
     blocks_read: u64,
     truncated: bool,
+    /// The file offset where another trace's preamble starts (two traces concatenated):
+    /// reading stopped there.
+    second_trace: Option<u64>,
     /// No more blocks: EOF reached or the block stream cannot be resynchronised.
     done: bool,
     dctx: Decompressor<'static>,
@@ -75,6 +78,7 @@ impl<R: Read> TraceReader<R> {
             bytes_read: pos,
             blocks_read: 0,
             truncated: false,
+            second_trace: None,
             done: false,
             dctx: Decompressor::new()?,
             comp: Vec::new(),
@@ -101,6 +105,12 @@ impl<R: Read> TraceReader<R> {
     /// True once end-of-file was hit inside a block (the writer was killed mid-write).
     pub fn truncated(&self) -> bool {
         self.truncated
+    }
+
+    /// Where another trace starts in the same file (its magic where a block was due):
+    /// the reader stops there, so two concatenated traces never read as one process.
+    pub fn second_trace_at(&self) -> Option<u64> {
+        self.second_trace
     }
 
     /// File offset of the end of the last block read and decompressed successfully, or
@@ -251,6 +261,20 @@ impl<R: Read> TraceReader<R> {
             self.done = true;
             self.truncated = n > 0;
             return Ok(());
+        }
+        if len4 == MAGIC[..4] {
+            // Maybe another trace's preamble: then this trace ends here.
+            let mut rest = [0u8; 4];
+            let m = read_full(&mut self.src, &mut rest).inspect_err(|_| self.done = true)?;
+            if m == 4 && rest == MAGIC[4..] {
+                self.done = true;
+                self.second_trace = Some(self.pos);
+                return Ok(());
+            }
+            self.comp.clear();
+            self.comp.extend_from_slice(&rest[..m]);
+            let what = "a block length that is the start of the trace magic".to_string();
+            return Err(self.skip_damaged(len4, what));
         }
         let len = u32::from_le_bytes(len4) as usize;
         self.comp.clear();

@@ -1139,6 +1139,35 @@ fn a_damaged_block_is_skipped_and_its_bytes_and_events_are_counted() {
     assert!(!damage.events_known);
 }
 
+/// Two traces in one file (`cat a.trace b.trace`): the first is read, and where the second
+/// starts is said; its events are never read as the first process's, also when the first
+/// ends with a damaged block.
+#[test]
+fn a_second_trace_after_the_first_is_not_read_as_the_same_process() {
+    let (one, at) = three_blocks();
+    let both = [&one[..], &one[..]].concat();
+    let mut r = TraceReader::open(Cursor::new(&both[..])).unwrap();
+    let mut n = 0;
+    while r.next_salvaged().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 8);
+    assert_eq!(r.second_trace_at(), Some(one.len() as u64));
+    assert!(!r.truncated());
+    // The first one's last block damaged (its length too large): the search for the next
+    // block stops at the second trace's magic.
+    let mut damaged = one.clone();
+    damaged[at[2] + 3] = 0x7f;
+    let both = [&damaged[..], &one[..]].concat();
+    let mut r = TraceReader::open(Cursor::new(&both[..])).unwrap();
+    let mut n = 0;
+    while r.next_salvaged().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 6);
+    assert_eq!(r.second_trace_at(), Some(one.len() as u64));
+}
+
 // ---------- truncation ----------
 
 #[test]

@@ -65,6 +65,7 @@ impl Follower {
             truncated: self.truncated,
             blocks: self.blocks,
             damage: self.damage.clone(),
+            second_trace_at: None,
         };
         TraceInfo::new(self.path(), &loaded)
     }

@@ -52,6 +52,9 @@ pub struct Loaded {
     pub blocks: u64,
     /// Damaged blocks skipped, and what they held.
     pub damage: Damage,
+    /// Where a second trace starts in the same file (two traces concatenated): only the
+    /// first was read.
+    pub second_trace_at: Option<u64>,
 }
 
 impl Loaded {
@@ -70,6 +73,7 @@ impl Loaded {
             truncated: reader.truncated(),
             blocks: reader.blocks_read(),
             damage,
+            second_trace_at: reader.second_trace_at(),
         })
     }
 }

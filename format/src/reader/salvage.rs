@@ -162,11 +162,14 @@ pub(super) fn block_start_in(seen: &[u8]) -> Option<usize> {
 
 /// The first `i >= from` where `window[i..]` starts with a length no larger than the limit
 /// (and no smaller than a frame header) followed by zstd's magic.
+/// Another trace's magic counts as a start too: the reader stops there (`read_block`).
 fn find_block_start(window: &[u8], from: usize) -> Option<usize> {
     let last = window.len().checked_sub(8)?;
     (from..=last).find(|&i| {
         let len = u32::from_le_bytes([window[i], window[i + 1], window[i + 2], window[i + 3]]);
-        window[i + 4..i + 8] == ZSTD_MAGIC && (9..=MAX_BLOCK_COMPRESSED as u32).contains(&len)
+        window[i..i + 8] == crate::MAGIC
+            || (window[i + 4..i + 8] == ZSTD_MAGIC
+                && (9..=MAX_BLOCK_COMPRESSED as u32).contains(&len))
     })
 }
 

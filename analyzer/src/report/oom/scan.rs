@@ -138,6 +138,7 @@ pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
         truncated,
         blocks,
         damage,
+        second_trace_at,
     } = loaded;
     Ok(Scan {
         loaded: Loaded {
@@ -149,6 +150,7 @@ pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
             truncated,
             blocks,
             damage,
+            second_trace_at,
         },
         failures: classifier.kept.into_values().collect(),
         out_of_memory,
