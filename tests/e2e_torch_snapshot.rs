@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpumemprof_tests::profiled::*;
+use gpumemprof_tests::torch_job::snapshot_json;
 use gpumemprof_tests::{python_packages, source_line_of};
 use serde_json::Value;
 
@@ -147,15 +148,6 @@ fn ptmem_agrees_with_our_reports(trace: &Path, snapshot: &Path) {
         ptmem_bytes(n(&t["bytes_allocated"]))
     );
     assert_eq!(shown("CUDA devices:"), "device 0");
-}
-
-/// The snapshot, read with CPython's pickle, as JSON.
-fn snapshot_json(snapshot: &Path) -> Value {
-    let printed = python_with_ptmem(
-        "import json, pickle, sys\nprint(json.dumps(pickle.load(open(sys.argv[1], 'rb'))))",
-        &[snapshot],
-    );
-    serde_json::from_str(&printed).expect("JSON")
 }
 
 fn entries<'a>(snap: &'a Value, action: &'a str) -> impl Iterator<Item = &'a Value> + 'a {

@@ -55,8 +55,8 @@ pub fn replay_observed<R: Read>(
 }
 
 /// How long after `until` a record stamped before it can still come: the shim's writer
-/// orders events within a short window, and an event whose thread was preempted between its
-/// stamp and its push reaches the file after later ones (seen: milliseconds, under load).
+/// orders events within a short window, and an event whose thread is preempted between its
+/// stamp and its push can reach the file after later ones.
 pub const LATE_RECORDS_NS: u64 = 1_000_000_000;
 
 /// What a pass up to `until` does with a record.

@@ -116,6 +116,14 @@ impl Frame {
     }
 }
 
+/// The profiled process's working directory, from a trace header (`cwd`).
+pub fn cwd_of(header: &serde_json::Value) -> Option<String> {
+    header
+        .get("cwd")
+        .and_then(|c| c.as_str())
+        .map(str::to_owned)
+}
+
 /// A module file on disk, opened at most once.
 struct ModuleFile {
     /// The file's GNU build-id; `None` if it has none or cannot be read.
@@ -194,13 +202,7 @@ impl<'a> Symbolizer<'a> {
     /// process's working directory.
     pub fn of(loaded: &'a crate::replay::Loaded) -> Self {
         let r = &loaded.replayed;
-        Symbolizer::new(&r.modules, &r.stacks, &r.python).in_dir(
-            loaded
-                .header
-                .get("cwd")
-                .and_then(|c| c.as_str())
-                .map(str::to_owned),
-        )
+        Symbolizer::new(&r.modules, &r.stacks, &r.python).in_dir(cwd_of(&loaded.header))
     }
 
     /// Source paths under `cwd` are shown relative to it (`source_paths`).

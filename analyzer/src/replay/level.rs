@@ -19,6 +19,14 @@ pub enum MemoryLevel {
 }
 
 impl MemoryLevel {
+    /// What one counted thing is called, one and many: a tensor, or an allocation.
+    pub fn count_words(self) -> (&'static str, &'static str) {
+        match self {
+            MemoryLevel::Tensors => ("tensor", "tensors"),
+            MemoryLevel::Segments => ("allocation", "allocations"),
+        }
+    }
+
     /// The level asked for, else tensors if the trace has any, else segments.
     pub fn of(r: &Replayed, asked: Option<MemoryLevel>) -> MemoryLevel {
         asked.unwrap_or(if has_tensors(r) {

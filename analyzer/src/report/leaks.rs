@@ -189,10 +189,7 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
              means live when the trace stopped, not leaked at exit."
         )?;
     }
-    let (one, many) = match report.level {
-        MemoryLevel::Tensors => ("tensor", "tensors"),
-        MemoryLevel::Segments => ("allocation", "allocations"),
-    };
+    let (one, many) = report.level.count_words();
     match &report.teardown {
         Some(t) => writeln!(
             out,

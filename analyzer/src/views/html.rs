@@ -14,7 +14,6 @@ use std::fmt::Write;
 use super::flamegraph::{root_label, xml_escape as esc};
 pub use super::inline_svg::inline_svg;
 use crate::report::leaks::LeaksReport;
-use crate::report::level::MemoryLevel;
 use crate::report::summary::{Counts, SummaryReport};
 use crate::report::TraceInfo;
 use crate::snapshot::{Snapshot, StackBytes};
@@ -224,7 +223,7 @@ fn summary(h: &mut String, p: &Page) {
         ),
     }
     let l = p.leaks;
-    let (one, many) = counted(l);
+    let (one, many) = l.level.count_words();
     let freed_at_exit = l
         .teardown
         .as_ref()
@@ -452,7 +451,7 @@ fn leaks(h: &mut String, p: &Page) {
                           necessarily leaked)"
             .to_string(),
     };
-    let (one, many) = counted(l);
+    let (one, many) = l.level.count_words();
     let _ = write!(
         h,
         "<p class=\"note\">{} in {} live {}, grouped by call stack and kind, largest first.</p>",
@@ -496,14 +495,6 @@ fn leaks(h: &mut String, p: &Page) {
         );
     }
     h.push_str("</section>\n");
-}
-
-/// What a leaks report counts, one and many: tensors, or allocations.
-fn counted(l: &LeaksReport) -> (&'static str, &'static str) {
-    match l.level {
-        MemoryLevel::Tensors => ("tensor", "tensors"),
-        MemoryLevel::Segments => ("allocation", "allocations"),
-    }
 }
 
 fn ooms(h: &mut String, p: &Page) {

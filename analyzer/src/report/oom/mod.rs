@@ -90,7 +90,7 @@ pub fn analyze<R: Read>(
         &moment.replayed.stacks,
         &moment.replayed.python,
     )
-    .in_dir(scanned.loaded.header["cwd"].as_str().map(str::to_owned));
+    .in_dir(crate::symbolize::cwd_of(&scanned.loaded.header));
     let report = build(trace, &scanned, Some((index, &moment, &mut sym)), opts);
     for w in sym.take_warnings() {
         warn(w);
