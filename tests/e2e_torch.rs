@@ -106,6 +106,9 @@ fn pytorchs_caching_allocator_is_seen_as_tensors_at_the_users_line() {
             "allocated_bytes": n(&f, "allocated"), "allocated_peak_bytes": n(&f, "allocated_peak"),
             "reserved_bytes": n(&f, "reserved_peak"), "reserved_peak_bytes": n(&f, "reserved_peak"),
             "cached_bytes": n(&f, "reserved_peak") - n(&f, "allocated"),
+            // No module, optimizer or backward pass in a C++ harness: the 4 tensors kept
+            // to the end are "other", the one freed in between a temporary.
+            "kinds_at_peak": kinds(&[("temporaries", MIB, 1), ("other", 12 * MIB, 4)]),
         }])
     );
     let tensor_row = row(&s, "tensor");
@@ -434,9 +437,39 @@ fn diff_and_timeline_know_tensors() {
         BTreeMap::from([
             ("0 device".to_owned(), 22 * MIB),
             ("0 tensor".to_owned(), 13 * MIB),
+            ("0 tensor:parameters".to_owned(), 0),
+            ("0 tensor:optimizer state".to_owned(), 0),
+            ("0 tensor:gradients".to_owned(), 0),
+            ("0 tensor:activations".to_owned(), 0),
+            ("0 tensor:temporaries".to_owned(), MIB),
+            ("0 tensor:workspaces".to_owned(), 0),
+            ("0 tensor:other".to_owned(), 12 * MIB),
             ("all all".to_owned(), 22 * MIB),
         ])
     );
+}
+
+/// `summary`'s `kinds_at_peak` with these (kind, bytes, tensors) and 0 for the rest.
+fn kinds(held: &[(&str, u64, u64)]) -> serde_json::Value {
+    let all = [
+        "parameters",
+        "optimizer state",
+        "gradients",
+        "activations",
+        "temporaries",
+        "workspaces",
+        "other",
+    ];
+    let entries: Vec<serde_json::Value> = all
+        .iter()
+        .map(|kind| {
+            let (bytes, tensors) = (held.iter())
+                .find(|h| h.0 == *kind)
+                .map_or((0, 0), |h| (h.1, h.2));
+            json!({"kind": kind, "bytes": bytes, "tensors": tensors})
+        })
+        .collect();
+    serde_json::Value::Array(entries)
 }
 
 /// `recordStream` and `emptyCache`, as PyTorch's allocator does them: a tensor used on a

@@ -10,7 +10,7 @@ use std::path::Path;
 use gpumemprof_tests::profiled::{report, report_text, scratch};
 use gpumemprof_tests::source_line_of;
 use gpumemprof_tests::torch_job::{stat, Job};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
 const SCRIPT: &str = "tests/programs/torch_oom.py";
@@ -156,4 +156,17 @@ fn with_expandable_segments_the_same_request_fits_and_a_larger_one_is_one_error(
     );
     assert_eq!(oom["cause"], "live_data");
     assert_eq!(oom["failure_counts"]["kept"], 1);
+    // At the failure NVML saw the 760 MiB mapped and the 260 MiB of handles PyTorch had
+    // created for the request but not mapped yet: the hooks recorded those handles too, so
+    // nothing is "not seen by the hooks".
+    let summary = report("summary", &trace, &[]);
+    let nvml = &summary["nvml"][0];
+    assert_eq!(
+        (
+            &nvml["peak_used_bytes"],
+            &nvml["tracked_at_peak_bytes"],
+            &nvml["untracked_at_peak_bytes"]
+        ),
+        (&json!(1020 * MIB), &json!(1020 * MIB), &json!(0))
+    );
 }

@@ -290,3 +290,141 @@ fn stacks_at_the_peak_read_in_pytorchs_terms() {
         "{all:#?}"
     );
 }
+
+/// The model of `torch_train.py`: a batch of 64 rows of 256 floats through Linear layers of
+/// 256 -> 512 -> 512 -> 128.
+const BATCH: u64 = 64;
+const IN: u64 = 256;
+const HIDDEN: u64 = 512;
+const OUT: u64 = 128;
+const FLOAT: u64 = 4;
+
+/// A tensor of `elements` floats as the allocator holds it: its block, a multiple of 512.
+fn block(elements: u64) -> u64 {
+    (elements * FLOAT).div_ceil(512) * 512
+}
+
+/// Kinds of memory at the peak, each in exact bytes computed from the model's shapes and
+/// checked against what PyTorch itself holds (the program's "kinds" line). The peak is in
+/// the last step's backward pass, when layer 1's weight gradient is made: the history holds
+/// one output per step, so the last step is the highest.
+#[test]
+fn kinds_of_memory_at_the_peak_are_the_models_own() {
+    let dir = scratch("torch_train_kinds");
+    let trace = dir.join("train.trace");
+    let job = Job::run("torch_train.py", &[STEPS], &[], Some(&trace));
+    let steps: u64 = STEPS.parse().unwrap();
+    let theirs = job.event("kinds");
+
+    let weights = [IN * HIDDEN, HIDDEN * HIDDEN, HIDDEN * OUT].map(block);
+    let biases = [HIDDEN, HIDDEN, OUT].map(block);
+    let parameters: u64 = weights.iter().chain(&biases).sum();
+    assert_eq!(parameters, 1_839_616);
+    assert_eq!(theirs["parameters"], parameters);
+    // Adam: exp_avg and exp_avg_sq per parameter (its step counters stay on the CPU).
+    assert_eq!(theirs["optimizer_state"], 2 * parameters);
+    assert_eq!(theirs["gradients"], parameters);
+    let want = [
+        ("parameters", parameters, 6),
+        ("optimizer state", 2 * parameters, 12),
+        // Every gradient but layer 1's bias, not made yet.
+        ("gradients", parameters - biases[0], 5),
+        // The batch (which layer 1's gradient reads), the outputs the history kept (one per
+        // step, this one included) and the loss: one float in a 512-byte block.
+        (
+            "activations",
+            block(BATCH * IN) + steps * block(BATCH * OUT) + block(1),
+            2 + steps,
+        ),
+        // ReLU's gradient flowing into layer 1, and the loss's gradient (backward()'s ones).
+        ("temporaries", block(BATCH * HIDDEN) + block(1), 2),
+        // cuBLAS's workspace: PyTorch's default of 32 MiB on this GPU (sm_90).
+        ("workspaces", 32 << 20, 1),
+        ("other", 0, 0),
+    ];
+    let want: Vec<Value> = want
+        .iter()
+        .map(|(kind, bytes, tensors)| {
+            serde_json::json!({"kind": kind, "bytes": bytes, "tensors": tensors})
+        })
+        .collect();
+    let peak = report("peak", &trace, &[]);
+    assert_eq!(peak["peaks"][0]["kinds"], Value::Array(want.clone()));
+    let total: u64 = want.iter().map(|k| k["bytes"].as_u64().unwrap()).sum();
+    let last = job.events("step").last().expect("a step line");
+    assert_eq!(total, stat(last, "allocated_bytes.all.peak"));
+    assert_eq!(peak["peaks"][0]["peak_bytes"], total);
+
+    let summary = report("summary", &trace, &[]);
+    assert_eq!(
+        summary["allocators"][0]["kinds_at_peak"],
+        Value::Array(want.clone())
+    );
+    // The timeline by kind (CSV): in every bucket the kinds add up to the tensor line's
+    // highest, and the bucket of the peak holds the peak's kinds.
+    let csv = dir.join("timeline.csv");
+    succeeded(
+        analyzer()
+            .args(["export", "--format", "csv", "-o"])
+            .arg(&csv)
+            .arg(&trace),
+        "gpumemprof export --format csv",
+    );
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    let mut buckets: std::collections::BTreeMap<u64, (u64, Vec<(String, u64)>)> =
+        Default::default();
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (start, kind, max) = (f[0].parse().unwrap(), f[3], f[5].parse().unwrap());
+        let b = buckets.entry(start).or_default();
+        match kind.strip_prefix("tensor:") {
+            Some(k) if f[2] == "0" => b.1.push((k.to_string(), max)),
+            _ if kind == "tensor" && f[2] == "0" => b.0 = max,
+            _ => {}
+        }
+    }
+    for (start, (tensors, kinds)) in &buckets {
+        assert_eq!(kinds.len(), 7, "bucket at {start} ns: {kinds:?}");
+        assert_eq!(
+            kinds.iter().map(|k| k.1).sum::<u64>(),
+            *tensors,
+            "at {start} ns"
+        );
+    }
+    let (_, at_peak) = (buckets.values())
+        .find(|(tensors, _)| *tensors == total)
+        .expect("the peak's bucket");
+    let want_kinds: Vec<(String, u64)> = (want.iter())
+        .map(|k| {
+            (
+                k["kind"].as_str().unwrap().into(),
+                k["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(at_peak, &want_kinds);
+    let text = gpumemprof_tests::profiled::report_text("summary", &trace, &[]);
+    assert!(
+        text.contains(
+            "  at the allocated peak, by kind: parameters 1.8 MiB, optimizer state 3.5 MiB, \
+             gradients 1.8 MiB, activations 192.5 KiB, temporaries 128.5 KiB, workspaces 32.0 MiB\n"
+        ),
+        "{text}"
+    );
+    let html = dir.join("report.html");
+    succeeded(
+        analyzer().arg("report").arg(&trace).arg("-o").arg(&html),
+        "gpumemprof report",
+    );
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html.contains(
+            "<h3>GPU 0: the allocated peak by kind of memory</h3>\
+             <table class=\"kinds\"><tr><th>kind</th><th class=\"num\">bytes</th>\
+             <th class=\"num\">tensors</th><th class=\"num\">share</th></tr>\
+             <tr><td>parameters</td><td class=\"num\">1.8 MiB</td><td class=\"num\">6</td>\
+             <td class=\"num\">4.5%</td></tr>"
+        ),
+        "no kinds table in the report"
+    );
+}

@@ -15,6 +15,7 @@ pub mod export;
 pub mod fasthash;
 pub mod glue;
 pub mod input;
+pub mod kinds;
 pub mod live;
 pub mod nvml;
 pub mod observe;

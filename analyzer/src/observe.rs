@@ -94,8 +94,9 @@ pub fn replay_observed_with<R: Read>(
     mut reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
     until: Option<u64>,
-    mut replay: Replay,
+    replay: Replay,
 ) -> Result<Loaded, ReadError> {
+    let mut replay = replay.of_header(reader.header());
     let mut changes = Vec::new();
     while let Some(record) = reader.next_salvaged()? {
         match cut(&record, until) {

@@ -300,6 +300,18 @@ impl<'a> Symbolizer<'a> {
             .collect()
     }
 
+    /// Every frame of stack `id`, Python and native, innermost first, none hidden and
+    /// none renamed (what a stack ran through, for `kinds`).
+    pub fn all_frames(&mut self, id: u64) -> Vec<Frame> {
+        let stacks = self.stacks;
+        let Some(info) = stacks.get(&id) else {
+            return Vec::new();
+        };
+        (info.frames.iter())
+            .flat_map(|&a| self.address(a, info.first_use_ns))
+            .collect()
+    }
+
     /// The module record covering `address`: if several (a range reused after dlclose),
     /// the latest loaded at or before `when`, else the latest.
     fn module_for(&self, address: u64, when: Option<u64>) -> Option<usize> {

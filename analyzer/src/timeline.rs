@@ -217,6 +217,18 @@ pub struct Range {
     pub name: String,
 }
 
+/// Kinds of memory a `KindSeries` counts (`kinds::Kind::ALL`).
+pub const KINDS: usize = 7;
+
+/// A device's tensors by kind of memory at the moment each bucket of its tensor series
+/// reached its highest value (`None`: that moment was not found); made by
+/// `kinds::timeline`, in `kinds::Kind::ALL`'s order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindSeries {
+    pub device: i32,
+    pub buckets: Vec<Option<[u64; KINDS]>>,
+}
+
 /// Everything a timeline view draws.
 #[derive(Debug, Clone)]
 pub struct Timeline {
@@ -236,6 +248,9 @@ pub struct Timeline {
     pub ranges: Vec<Range>,
     /// Time of the last record seen.
     pub end_ns: u64,
+    /// PyTorch's tensors by kind of memory, per device (`kinds::timeline::add`; empty until
+    /// then).
+    pub kinds: Vec<KindSeries>,
 }
 
 impl Timeline {
@@ -377,6 +392,7 @@ impl TimelineBuilder {
             marks: Vec::new(),
             ranges: Vec::new(),
             end_ns: self.end_ns,
+            kinds: Vec::new(),
         }
     }
 }
@@ -386,6 +402,7 @@ impl Observer for TimelineBuilder {
         match record {
             Record::Alloc(a) => self.now_ns = self.now_ns.max(a.time_ns),
             Record::Free(f) => self.now_ns = self.now_ns.max(f.time_ns),
+            Record::Tensor(t) => self.now_ns = self.now_ns.max(t.time_ns),
             Record::AllocFailed(f) => {
                 self.now_ns = self.now_ns.max(f.time_ns);
                 if f.result == OUT_OF_MEMORY {
@@ -556,6 +573,32 @@ mod tests {
             vec![Some(100)]
         );
         assert_eq!(t.devices(), vec![0, 1]);
+    }
+
+    #[test]
+    fn a_tensor_is_drawn_at_its_own_time_not_the_last_cuda_calls() {
+        let mut b = TimelineBuilder::new();
+        let tensor = gpumemprof_format::Tensor {
+            time_ns: 5_500,
+            tid: 1,
+            framework: gpumemprof_format::FRAMEWORK_PYTORCH,
+            device: 0,
+            address: 0x10,
+            delta: 512,
+            allocated: 512,
+            reserved: 2 << 20,
+            stack: 0,
+        };
+        b.record(&Record::Tensor(tensor));
+        b.changes(5_500, &[LiveChange::Added(live(0, MemKind::Tensor, 512))]);
+        let t = b.finish();
+        let s = t.series(SeriesKey::Live(0, MemKind::Tensor)).unwrap();
+        // 1 µs buckets: the tensor lands in bucket 5, not bucket 0.
+        assert_eq!(s.buckets.len(), 6);
+        assert_eq!(
+            s.buckets[5].map(|b| (b.max, b.max_time_ns)),
+            Some((512, 5_500))
+        );
     }
 
     #[test]

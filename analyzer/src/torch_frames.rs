@@ -103,8 +103,8 @@ pub fn native(module: Option<&str>, function: Option<&str>) -> Shown {
     if let Some(node) = autograd_node(function) {
         return Shown::Named("autograd_node", node.to_string());
     }
-    if let Some((_, what)) = WORKSPACES.iter().find(|(f, _)| function.starts_with(f)) {
-        return Shown::Named("workspace", (*what).to_string());
+    if let Some(what) = workspace(function) {
+        return Shown::Named("workspace", what.to_string());
     }
     Shown::Hide
 }
@@ -154,6 +154,20 @@ pub fn autograd_node(function: &str) -> Option<&str> {
         .or_else(|| function.strip_prefix("torch::autograd::"))?;
     let node = rest.strip_suffix("::apply")?;
     (!node.is_empty() && !node.contains("::")).then_some(node)
+}
+
+/// The workspace a function of PyTorch's allocates (`cuBLAS workspace`), if it does.
+pub fn workspace(function: &str) -> Option<&'static str> {
+    (WORKSPACES.iter())
+        .find(|(f, _)| function.starts_with(f))
+        .map(|(_, what)| *what)
+}
+
+/// Whether a function of PyTorch's runs the backward pass: autograd's engine or a node.
+pub fn backward(function: &str) -> bool {
+    function.starts_with("torch::autograd::Engine::")
+        || function.starts_with("torch::autograd::python::PythonEngine::")
+        || autograd_node(function).is_some()
 }
 
 /// Whether an op only allocates (`aten::empty`, `aten::empty_strided`, `aten::new_empty`,

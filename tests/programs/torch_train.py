@@ -6,7 +6,9 @@ package and the simulated GPU (tests/torch_package.rs).
 An MLP (nn.Module) trained with Adam for STEPS steps on random batches; each step keeps its output
 in a module-level list "for logging", so one activation per step stays live until the interpreter
 exits. After each step one JSON line gives what PyTorch itself says (torch.cuda.memory_stats())
-and the CLOCK_MONOTONIC time it was read at; with --snapshot, PyTorch's own recorder runs from the
+and the CLOCK_MONOTONIC time it was read at; after the last, one line "kinds" gives the bytes
+PyTorch holds as parameters, optimizer state and gradients (each tensor rounded up to the
+allocator's 512 bytes, as its blocks are); with --snapshot, PyTorch's own recorder runs from the
 start and its snapshot is dumped to PATH after the last step (the line "snapshot" says when).
 """
 
@@ -58,6 +60,22 @@ def report(event, **fields):
     print(json.dumps(line), flush=True)
 
 
+def block_bytes(tensors):
+    """The bytes of the allocator's blocks holding `tensors` (each rounded up to 512)."""
+    return sum(-(-t.untyped_storage().nbytes() // 512) * 512 for t in tensors if t.is_cuda)
+
+
+def kinds(model, opt):
+    params = list(model.parameters())
+    state = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+    grads = [p.grad for p in params if p.grad is not None]
+    return {
+        "parameters": block_bytes(params),
+        "optimizer_state": block_bytes(state),
+        "gradients": block_bytes(grads),
+    }
+
+
 def train_step(model, opt, batch):
     out = model(batch)
     loss = out.pow(2).mean()
@@ -80,6 +98,7 @@ def main():
         batch = torch.randn(BATCH, IN, device="cuda")  # BATCH
         train_step(model, opt, batch)
         report("step", step=step)
+    report("kinds", **kinds(model, opt))
     if snapshot:
         report("snapshot")
         torch.cuda.memory._dump_snapshot(snapshot)

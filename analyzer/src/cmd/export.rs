@@ -185,8 +185,11 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
         }
         Format::Csv => {
             let mut builder = TimelineBuilder::new();
-            load(trace, &mut [&mut builder])?;
-            let t = builder.finish();
+            let loaded = load(trace, &mut [&mut builder])?;
+            let mut t = builder.finish();
+            let mut sym = Symbolizer::of(&loaded);
+            crate::kinds::timeline::add(&mut t, trace, &loaded, &mut sym);
+            warn_all(sym.take_warnings());
             args.output.write(crate::export::csv::csv(&t).as_bytes())?;
             args.output.done(&format!(
                 "{} buckets of {} ns for {} series",

@@ -44,7 +44,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         &args.trace,
         &mut [&mut timeline, &mut peak, &mut first_oom],
     )?;
-    let t = timeline.finish();
+    let mut t = timeline.finish();
     let peak = peak.finish().map_err(Error::Failed)?;
     // No failure in the trace: no section for it.
     let first_oom = first_oom.finish().ok();
@@ -53,7 +53,9 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let info = TraceInfo::new(&args.trace, &loaded);
     let oom = super::oom::explain(&args.trace, r, crate::report::oom::DEFAULT_FRAMES)?;
     let mut sym = Symbolizer::of(&loaded);
-    let summary = summary::build(info.clone(), r);
+    crate::kinds::timeline::add(&mut t, &args.trace, &loaded, &mut sym);
+    let mut summary = summary::build(info.clone(), r);
+    summary::add_kinds(&mut summary, &crate::kinds::at_peaks(r, &mut sym));
     let level = crate::report::level::MemoryLevel::of(r, None);
     let teardown = Teardown::find(&r.exit_tail, &mut sym);
     let leaks = leaks::build(

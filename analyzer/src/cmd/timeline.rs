@@ -40,7 +40,9 @@ pub fn run(args: &Args) -> Result<(), Error> {
     args.output.check(&args.trace)?;
     let mut builder = TimelineBuilder::new();
     let loaded = load(&args.trace, &mut [&mut builder])?;
-    let t = builder.finish();
+    let mut t = builder.finish();
+    let mut sym = crate::symbolize::Symbolizer::of(&loaded);
+    crate::kinds::timeline::add(&mut t, &args.trace, &loaded, &mut sym);
     let info = TraceInfo::new(&args.trace, &loaded);
     let title = title(&info, &t);
     let bytes = match format {

@@ -74,6 +74,8 @@ pub fn summary(input: &Input, max_peak: Option<u64>) -> Result<(), Error> {
     }
     let loaded = load(&input.trace)?;
     let mut report = summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
+    let kinds = crate::kinds::at_peaks(&loaded.replayed, &mut Symbolizer::of(&loaded));
+    summary::add_kinds(&mut report, &kinds);
     if input.by == Some(By::Range) {
         report.by_range = Some(by_range::summary(&loaded.replayed));
     }

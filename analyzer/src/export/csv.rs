@@ -1,7 +1,11 @@
 //! `export --format csv`: the timeline as comma-separated values, one line per bucket and
 //! series, in time order. A live series has a line for every bucket (a quiet bucket carries
 //! its value); an NVML series only where a sample fell. Columns (docs/REPORTS.md):
-//! `start_ns,end_ns,device,kind,min_bytes,max_bytes,end_bytes`.
+//! `start_ns,end_ns,device,kind,min_bytes,max_bytes,end_bytes`. PyTorch's tensors by kind
+//! of memory (`kinds::timeline`) follow each bucket's series as `tensor:parameters`, ...:
+//! `max_bytes` is the kind's bytes at the moment the tensor series reached its highest in
+//! that bucket (they add up to the tensor line's `max_bytes`); `min_bytes` and `end_bytes`
+//! are empty.
 
 use std::fmt::Write;
 
@@ -27,6 +31,19 @@ pub fn csv(t: &Timeline) -> String {
                     out,
                     "{start},{end},{device},{kind},{},{},{}",
                     b.min, b.max, b.last
+                );
+            }
+        }
+        for k in &t.kinds {
+            let Some(Some(bytes)) = k.buckets.get(i) else {
+                continue;
+            };
+            for (kind, b) in crate::kinds::Kind::ALL.iter().zip(bytes) {
+                let _ = writeln!(
+                    out,
+                    "{start},{end},{},tensor:{},,{b},",
+                    k.device,
+                    kind.name()
                 );
             }
         }

@@ -82,12 +82,13 @@ impl Follower {
             bytes: preamble,
             ..
         } = read_preamble(&mut BufReader::new(file)).map_err(|e| read_error(path, e))?;
+        let replay = Replay::new().of_header(&header);
         Ok(Follower {
             path: path.to_owned(),
             offset: preamble.len() as u64,
             header,
             preamble,
-            replay: Replay::new(),
+            replay,
             changes: Vec::new(),
             blocks: 0,
             truncated: false,

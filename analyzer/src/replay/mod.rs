@@ -24,9 +24,11 @@
 //!
 //! Files: `model` (what the pass keeps and the reports read), `tally` (per-address and
 //! per-stack bookkeeping), `pass` (the `Replay` state machine), `ranges` (memory by NVTX
-//! range), and `replay()` below, which streams a trace through it.
+//! range), `fates` (what became of the tensors live at a peak), and `replay()` below,
+//! which streams a trace through it.
 
 pub mod attempts;
+pub mod fates;
 mod level;
 mod model;
 mod pass;
@@ -86,8 +88,9 @@ pub fn replay<R: Read>(reader: TraceReader<R>) -> Result<Loaded, ReadError> {
 /// `replay` with a replay set up by the caller (`Replay::keeping_exit`).
 pub fn replay_with<R: Read>(
     mut reader: TraceReader<R>,
-    mut replay: Replay,
+    replay: Replay,
 ) -> Result<Loaded, ReadError> {
+    let mut replay = replay.of_header(reader.header());
     loop {
         let next = reader.next_record();
         // Allocs and frees are applied where the reader put them: moving the record out

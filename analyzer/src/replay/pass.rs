@@ -3,6 +3,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 
+use super::fates::{Fates, FatesResult};
 use super::model::*;
 use super::ranges::{Ranges, RangesResult};
 use super::tally::{Held, RowState, Slot};
@@ -52,6 +53,9 @@ pub struct Replayed {
     /// A framework allocator's own figures per device, sorted by device; empty when the
     /// trace has no tensor records.
     pub allocators: Vec<AllocatorFigures>,
+    /// What became of the tensors live at each device's tensor peak (`fates`, for `kinds`);
+    /// empty when the trace has no tensor records.
+    pub fates: FatesResult,
 }
 
 /// The streaming state. Feed it records with `record`, then call `finish`.
@@ -91,6 +95,11 @@ pub struct Replay {
     /// without NVTX pays one pointer).
     ranges: Option<Box<Ranges>>,
     allocators: Vec<AllocatorFigures>,
+    fates: Fates,
+    /// API ids that map VMM handles (`cuMemMap`, `hipMemMap`), from the header.
+    map_apis: Vec<u16>,
+    /// Per device, bytes of `Device` memory live as mappings of VMM handles.
+    mapped: Vec<(i32, u64)>,
 }
 
 impl Replay {
@@ -106,6 +115,33 @@ impl Replay {
             exit_tail: Some(Box::default()),
             ..Self::default()
         }
+    }
+
+    /// The replay of a trace with this header: it names the APIs that map VMM handles, so
+    /// that the NVML comparison counts a handle's physical memory once, mapped or not.
+    pub fn of_header(mut self, header: &serde_json::Value) -> Self {
+        self.map_apis = (gpumemprof_format::header::apis(header).into_iter())
+            .filter(|a| a.name == "cuMemMap" || a.name == "hipMemMap")
+            .map(|a| a.id)
+            .collect();
+        self
+    }
+
+    /// Adds `delta` (signed) to `device`'s mapped bytes.
+    fn mapped_change(&mut self, device: i32, size: u64, added: bool) {
+        let i = match self.mapped.iter().position(|(d, _)| *d == device) {
+            Some(i) => i,
+            None => {
+                self.mapped.push((device, 0));
+                self.mapped.len() - 1
+            }
+        };
+        let m = &mut self.mapped[i].1;
+        *m = if added {
+            m.saturating_add(size)
+        } else {
+            m.saturating_sub(size)
+        };
     }
 
     /// `record`, also appending to `changes` every allocation the record made live or
@@ -190,6 +226,15 @@ impl Replay {
     /// space and rows), and the allocator's figures on its device.
     fn tensor(&mut self, t: &Tensor) {
         self.attempts.tensor(t.tid);
+        // A free that ends a peak: the fates copy what is live before it goes.
+        let peak_ends = t.delta < 0
+            && (self.rows.iter()).any(|((device, kind), row)| {
+                (*device, *kind) == (t.device, MemKind::Tensor) && row.peak_pending
+            });
+        if peak_ends {
+            self.fates.peak(t.device);
+        }
+        self.fates.tensor(t);
         let figures = match (self.allocators.iter())
             .position(|f| (f.device, f.framework) == (t.device, t.framework))
         {
@@ -308,6 +353,9 @@ impl Replay {
                 }
             }
         }
+        if a.kind == MemKind::Device && self.map_apis.contains(&a.api) {
+            self.mapped_change(a.device, a.size, true);
+        }
         let row = self.row(a.device, a.kind);
         if row.counters.add(a.size, a.time_ns) {
             row.peak_pending = true;
@@ -351,6 +399,10 @@ impl Replay {
                     break;
                 };
                 at = at.saturating_add(freed.size.max(1));
+                // Only an unmap frees a range: what it releases were mappings.
+                if freed.kind == MemKind::Device && !self.map_apis.is_empty() {
+                    self.mapped_change(freed.device, freed.size, false);
+                }
                 self.release(freed);
                 released += 1;
             }
@@ -396,11 +448,19 @@ impl Replay {
 
     pub(super) fn sample(&mut self, m: &Sample) {
         self.saw_time(m.time_ns);
-        let tracked = self
-            .rows
-            .iter()
-            .find(|(key, _)| *key == (m.device, MemKind::Device))
-            .map_or(0, |(_, row)| row.counters.live_bytes);
+        // Physical memory, as NVML counts it: device memory, with each VMM handle's bytes
+        // once whether mapped or not (its mappings, in the device row, count instead).
+        let live = |kind: MemKind| {
+            (self.rows.iter())
+                .find(|(key, _)| *key == (m.device, kind))
+                .map_or(0, |(_, row)| row.counters.live_bytes)
+        };
+        let mapped = (self.mapped.iter())
+            .find(|(d, _)| *d == m.device)
+            .map_or(0, |(_, b)| *b);
+        let tracked = live(MemKind::Device)
+            .saturating_sub(mapped)
+            .saturating_add(live(MemKind::VmmHandle));
         let index = match self.nvml.iter().position(|d| d.device == m.device) {
             Some(i) => i,
             None => {
@@ -508,7 +568,12 @@ impl Replay {
         }
     }
 
-    pub fn finish(self) -> Replayed {
+    pub fn finish(mut self) -> Replayed {
+        for ((device, kind), row) in &self.rows {
+            if *kind == MemKind::Tensor && row.peak_pending {
+                self.fates.peak(*device);
+            }
+        }
         let mut rows: Vec<Row> = self
             .rows
             .into_iter()
@@ -548,6 +613,7 @@ impl Replay {
             pipeline: self.pipeline,
             ranges,
             peak_allocations: self.peak_allocations,
+            fates: self.fates.finish(),
             allocators: {
                 let mut a = self.allocators;
                 a.sort_by_key(|f| (f.device, f.framework));

@@ -441,3 +441,104 @@ fn nvml_samples_are_set_against_tracked_device_bytes() {
         (6, 0, 64)
     );
 }
+
+/// A tensor event of `tid` at `time_ns` (the allocator's totals are not read here).
+fn tensor(time_ns: u64, tid: u32, address: u64, delta: i64, stack: u64) -> Record {
+    Record::Tensor(gpumemprof_format::Tensor {
+        time_ns,
+        tid,
+        framework: gpumemprof_format::FRAMEWORK_PYTORCH,
+        device: 0,
+        address,
+        delta,
+        allocated: 0,
+        reserved: 0,
+        stack,
+    })
+}
+
+#[test]
+fn fates_copy_the_tensors_live_at_the_peak_and_write_their_frees_beside_them() {
+    use super::fates::{Freed, Lifetime};
+    let mut r = Replay::new();
+    // Run 0 (thread 1): A and B make the peak; run 1 (thread 2) frees A; run 2 (thread 1)
+    // makes C at A's address and frees it (below the peak: not in the copy).
+    for record in [
+        tensor(1, 1, 0xa, 1024, 7),
+        tensor(2, 1, 0xb, 512, 8),
+        tensor(3, 2, 0xa, -1024, 9),
+        tensor(4, 1, 0xa, 256, 7),
+        tensor(5, 1, 0xa, -256, 7),
+    ] {
+        r.record(record);
+    }
+    let f = r.finish().fates;
+    assert_eq!((f.runs, f.runs_made), (vec![1, 2, 1], 3));
+    assert_eq!(f.thread_stacks, vec![(1, vec![7, 8]), (2, vec![9])]);
+    let (device, mut lives) = f.at_peak.into_iter().next().expect("a peak copy");
+    lives.sort_by_key(|l| l.size);
+    let life = |size, stack, run, freed| Lifetime {
+        size,
+        device: 0,
+        stack,
+        tid: 1,
+        run,
+        freed,
+    };
+    assert_eq!(device, 0);
+    let freed_a = Freed {
+        stack: 9,
+        tid: 2,
+        run: 1,
+    };
+    assert_eq!(
+        lives,
+        vec![life(512, 8, 0, None), life(1024, 7, 0, Some(freed_a))]
+    );
+    assert_eq!(f.at_end, vec![life(512, 8, 0, None)]);
+}
+
+/// NVML counts a VMM handle's physical memory once it is created, mapped or not: the
+/// comparison counts handles and leaves their mappings out, so created-but-unmapped
+/// handles are tracked and a mapped one is not counted twice.
+#[test]
+fn nvml_counts_each_vmm_handle_once_mapped_or_not() {
+    const MIB: u64 = 1 << 20;
+    let header = serde_json::json!({"apis": [
+        {"id": 20, "name": "cuMemCreate"}, {"id": 21, "name": "cuMemMap"},
+    ]});
+    let mut r = Replay::new().of_header(&header);
+    let sample = |t: u64, used: u64| {
+        Record::Sample(Sample {
+            time_ns: t,
+            device: 0,
+            process_used: used,
+            device_used: used,
+            device_total: 1 << 30,
+        })
+    };
+    let mapping = |t: u64, address: u64| {
+        Record::Alloc(Alloc {
+            api: 21,
+            ..match alloc(t, 0, MemKind::Device, address, 2 * MIB, 0) {
+                Record::Alloc(a) => a,
+                _ => unreachable!(),
+            }
+        })
+    };
+    // Two 2 MiB handles created, one mapped; a cudaMalloc of 1 MiB beside them.
+    r.record(alloc(1, 0, MemKind::VmmHandle, 0x1, 2 * MIB, 0));
+    r.record(alloc(2, 0, MemKind::VmmHandle, 0x2, 2 * MIB, 0));
+    r.record(mapping(3, 0x7000_0000));
+    r.record(alloc(4, 0, MemKind::Device, 0x9000_0000, MIB, 0));
+    r.record(sample(5, 5 * MIB));
+    // The mapping is unmapped: the handles still hold their memory.
+    r.record(free_kind(6, MemKind::Device, 0x7000_0000, FREE_RANGE, 2 * MIB));
+    r.record(sample(7, 5 * MIB));
+    let nvml = r.finish().nvml;
+    assert_eq!(
+        (nvml[0].tracked_at_peak, nvml[0].untracked_at_peak()),
+        (5 * MIB, 0)
+    );
+    assert_eq!((nvml[0].tracked_at_last, nvml[0].untracked_at_last()), (5 * MIB, 0));
+}

@@ -7,9 +7,11 @@ use serde::Serialize;
 
 use super::level::{site, MemoryLevel};
 use super::{write_frames, TraceInfo, SCHEMA_VERSION};
+use crate::kinds::KindBytes;
 use crate::replay::Replayed;
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
+use gpumemprof_format::MemKind;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PeakReport {
@@ -39,6 +41,9 @@ pub struct Peak {
     pub peak_time_ns: u64,
     /// Live memory at the peak by stack, largest first, at most `--top`.
     pub sites: Vec<PeakSite>,
+    /// Tensors only: the peak by kind of memory (`kinds`), every kind listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<KindBytes>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -64,6 +69,7 @@ pub fn build(
     frames: usize,
     level: MemoryLevel,
 ) -> PeakReport {
+    let kinds = crate::kinds::at_peaks(r, sym);
     let peaks = r
         .rows
         .iter()
@@ -95,6 +101,10 @@ pub fn build(
                         frames: sym.stack(s.stack, frames),
                     })
                     .collect(),
+                kinds: (row.kind == MemKind::Tensor)
+                    .then(|| kinds.iter().find(|k| k.device == row.device))
+                    .flatten()
+                    .map(|k| k.kinds.clone()),
             }
         })
         .collect();
@@ -130,6 +140,9 @@ pub fn write_text(report: &PeakReport, out: &mut dyn Write) -> io::Result<()> {
             units::bytes_exact(peak.peak_bytes),
             units::secs(peak.peak_time_ns)
         )?;
+        if let Some(kinds) = &peak.kinds {
+            writeln!(out, "  by kind of memory: {}", kinds_line(kinds))?;
+        }
         let (one, many) = super::level::count_words(peak.kind);
         for (n, site) in peak.sites.iter().enumerate() {
             writeln!(
@@ -150,4 +163,17 @@ pub fn write_text(report: &PeakReport, out: &mut dyn Write) -> io::Result<()> {
         units::bytes_exact(report.total_peak_bytes),
         units::secs(report.total_peak_time_ns)
     )
+}
+
+/// `parameters 1.8 MiB, optimizer state 3.5 MiB, ...`: the kinds that hold anything.
+pub fn kinds_line(kinds: &[KindBytes]) -> String {
+    let held: Vec<String> = (kinds.iter())
+        .filter(|k| k.tensors > 0)
+        .map(|k| format!("{} {}", k.kind, units::bytes(k.bytes)))
+        .collect();
+    if held.is_empty() {
+        "none".to_string()
+    } else {
+        held.join(", ")
+    }
 }

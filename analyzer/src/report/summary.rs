@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::framework::Framework;
 use super::{TraceInfo, SCHEMA_VERSION};
+use crate::kinds::{DeviceKinds, KindBytes};
 use crate::replay::{AllocatorFigures, Counters, NvmlDevice, Replayed};
 use crate::units;
 use gpumemprof_format::MemKind;
@@ -115,6 +116,10 @@ pub struct AllocatorRow {
     /// `reserved_bytes - allocated_bytes`: cached in segments, in no tensor (0 for
     /// TensorFlow).
     pub cached_bytes: u64,
+    /// PyTorch only: the tensors at `allocated_peak_bytes` by kind of memory (`kinds`),
+    /// every kind listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kinds_at_peak: Option<Vec<KindBytes>>,
 }
 
 impl From<&AllocatorFigures> for AllocatorRow {
@@ -133,6 +138,7 @@ impl From<&AllocatorFigures> for AllocatorRow {
             reserved_bytes: f.reserved,
             reserved_peak_bytes: f.peak_reserved,
             cached_bytes: f.reserved.saturating_sub(f.allocated),
+            kinds_at_peak: None,
         }
     }
 }
@@ -219,6 +225,15 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
     }
 }
 
+/// Adds each PyTorch device's kinds of memory at its peak (`kinds::at_peaks`).
+pub fn add_kinds(report: &mut SummaryReport, kinds: &[DeviceKinds]) {
+    for a in &mut report.allocators {
+        a.kinds_at_peak = (kinds.iter())
+            .find(|k| k.device == a.device && a.framework == "pytorch")
+            .map(|k| k.kinds.clone());
+    }
+}
+
 pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
     if report.allocators.is_empty() {
@@ -226,6 +241,10 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
     } else {
         for a in &report.allocators {
             writeln!(out, "{}", allocator_line(a))?;
+            if let Some(kinds) = &a.kinds_at_peak {
+                let line = super::peak::kinds_line(kinds);
+                writeln!(out, "  at the allocated peak, by kind: {line}")?;
+            }
         }
         writeln!(
             out,

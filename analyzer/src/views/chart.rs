@@ -263,7 +263,10 @@ fn draw_panel<DB: DrawingBackend>(
     // Headroom above the highest value for the failure and mark labels.
     let y_end = max as f64 / scale * 1.15;
     let x_end = x_end(t);
-    let (strip, plot) = area.split_vertically(LEGEND_HEIGHT);
+    let kinds = device.and_then(|d| t.kinds.iter().find(|k| k.device == d));
+    // The kinds of memory get a legend row of their own.
+    let rows = if kinds.is_some() { 2 } else { 1 };
+    let (strip, plot) = area.split_vertically(LEGEND_HEIGHT * rows);
     let mut chart = ChartBuilder::on(&plot)
         .margin_left(12)
         .margin_right(24)
@@ -299,6 +302,10 @@ fn draw_panel<DB: DrawingBackend>(
         )))?;
     }
 
+    let mut kinds_legend: Vec<LegendItem> = Vec::new();
+    if let Some(kinds) = kinds {
+        draw_kinds(&mut chart, t, kinds, scale, &mut kinds_legend)?;
+    }
     for s in &live {
         let buckets = s.filled(t.width_ns, t.len);
         let at = |i: usize| secs(t.start_ns(i)).min(x_end);
@@ -414,30 +421,96 @@ fn draw_panel<DB: DrawingBackend>(
         Some(d) => format!("GPU {}", units::device(d)),
         None => "all devices".to_string(),
     };
-    draw_legend(&strip, &caption, &legend)
+    draw_legend(&strip, &caption, &[&legend, &kinds_legend])
+}
+
+/// Colours of the kinds of memory (`kinds::Kind::ALL`'s order): light, apart from the
+/// lines' colours above them.
+const KIND_COLORS: [RGBColor; crate::timeline::KINDS] = [
+    RGBColor(23, 190, 207),
+    RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
+    RGBColor(255, 152, 150),
+    RGBColor(197, 176, 213),
+    RGBColor(196, 156, 148),
+    RGBColor(199, 199, 199),
+];
+
+/// PyTorch's tensors by kind of memory, stacked areas under the tensor line: each bucket
+/// at the moment of its highest value, so the stack meets the line's step.
+fn draw_kinds<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    t: &Timeline,
+    kinds: &crate::timeline::KindSeries,
+    scale: f64,
+    legend: &mut Vec<LegendItem>,
+) -> DrawResult<DB::ErrorType> {
+    let x_end = x_end(t);
+    let at = |i: usize| (t.start_ns(i) as f64 / 1e9).min(x_end);
+    let mut below = vec![0u64; kinds.buckets.len()];
+    for (k, kind) in crate::kinds::Kind::ALL.iter().enumerate() {
+        let highest = (kinds.buckets.iter().flatten())
+            .map(|b| b[k])
+            .max()
+            .unwrap_or(0);
+        if highest == 0 {
+            continue;
+        }
+        let mut upper = Vec::new();
+        let mut lower = Vec::new();
+        for (i, b) in kinds.buckets.iter().enumerate() {
+            let Some(b) = b else { continue };
+            let (x0, x1) = (at(i), at(i + 1));
+            let (low, high) = (below[i], below[i].saturating_add(b[k]));
+            below[i] = high;
+            upper.extend([(x0, high as f64 / scale), (x1, high as f64 / scale)]);
+            lower.extend([(x0, low as f64 / scale), (x1, low as f64 / scale)]);
+        }
+        let area: Vec<(f64, f64)> = upper.into_iter().chain(lower.into_iter().rev()).collect();
+        let color = KIND_COLORS[k];
+        chart.draw_series(std::iter::once(Polygon::new(area, color.mix(0.8).filled())))?;
+        legend.push((
+            color,
+            format!("{}, highest {}", kind.name(), units::bytes(highest)),
+            false,
+        ));
+    }
+    Ok(())
 }
 
 /// Panel caption and legend in one row above the plot, where they never hide data.
 fn draw_legend<DB: DrawingBackend>(
     strip: &DrawingArea<DB, Shift>,
     caption: &str,
-    items: &[LegendItem],
+    rows: &[&[LegendItem]],
 ) -> DrawResult<DB::ErrorType> {
     let title = ("sans-serif", 15).into_font().color(&BLACK);
     let font = ("sans-serif", 12).into_font().color(&BLACK);
-    let y = LEGEND_HEIGHT as i32 / 2;
-    strip.draw(&Text::new(caption.to_string(), (84, y - 8), title.clone()))?;
-    let mut x = 84 + strip.estimate_text_size(caption, &title)?.0 as i32 + 24;
-    for (color, text, dashed) in items {
-        let line = color.stroke_width(2);
-        if *dashed {
-            strip.draw(&PathElement::new(vec![(x, y), (x + 8, y)], line))?;
-            strip.draw(&PathElement::new(vec![(x + 12, y), (x + 20, y)], line))?;
-        } else {
-            strip.draw(&PathElement::new(vec![(x, y), (x + 20, y)], line))?;
+    let first = LEGEND_HEIGHT as i32 / 2;
+    strip.draw(&Text::new(
+        caption.to_string(),
+        (84, first - 8),
+        title.clone(),
+    ))?;
+    let indent = 84 + strip.estimate_text_size(caption, &title)?.0 as i32 + 24;
+    for (row, items) in rows.iter().enumerate() {
+        let y = first + row as i32 * LEGEND_HEIGHT as i32;
+        let mut x = indent;
+        for (color, text, dashed) in items.iter() {
+            let line = color.stroke_width(2);
+            if *dashed {
+                strip.draw(&PathElement::new(vec![(x, y), (x + 8, y)], line))?;
+                strip.draw(&PathElement::new(vec![(x + 12, y), (x + 20, y)], line))?;
+            } else {
+                strip.draw(&PathElement::new(vec![(x, y), (x + 20, y)], line))?;
+            }
+            strip.draw(&Text::new(text.clone(), (x + 26, y - 7), font.clone()))?;
+            x += 26 + strip.estimate_text_size(text, &font)?.0 as i32 + 22;
         }
-        strip.draw(&Text::new(text.clone(), (x + 26, y - 7), font.clone()))?;
-        x += 26 + strip.estimate_text_size(text, &font)?.0 as i32 + 22;
     }
     Ok(())
 }

@@ -278,6 +278,7 @@ fn summary(h: &mut String, p: &Page) {
         );
     }
     h.push_str("</div>");
+    super::kinds_table::html(h, &s.allocators);
     if s.rows.is_empty() {
         h.push_str("<p>No allocations recorded.</p>");
     } else {

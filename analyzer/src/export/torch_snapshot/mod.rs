@@ -182,7 +182,7 @@ pub fn write<R: Read, W: Write>(
     let (loaded, survey) = (&surveyed.loaded, &surveyed.survey);
     let header = &loaded.header;
     let r = &loaded.replayed;
-    let mut sym = Symbolizer::of(&loaded);
+    let mut sym = Symbolizer::of(loaded);
     let start_ns = header
         .get("start_time_unix_ns")
         .and_then(|v| v.as_u64())
