@@ -354,7 +354,12 @@ fn check_completed(trace: &Path, what: &str) {
 /// `sudden_end <mode>` dies of `signal` with and without the shim, and the shim completed
 /// the trace first. Repeated: the writer may be anywhere in its cycle when the signal comes.
 fn dies_of(mode: &str, signal: i32) {
-    let expected = format!("{SUDDEN_END_FACTS}ending={mode}\n");
+    dies_of_printing(mode, signal, "");
+}
+
+/// `dies_of`, the program printing `more` after the facts.
+fn dies_of_printing(mode: &str, signal: i32, more: &str) {
+    let expected = format!("{SUDDEN_END_FACTS}ending={mode}\n{more}");
     let p = run_within(plain("sudden_end", &[mode]), LIMIT);
     assert_eq!(
         p.status.signal(),
@@ -416,6 +421,31 @@ fn a_null_write_completes_the_trace_then_the_process_dies_of_sigsegv() {
 #[test]
 fn a_write_past_a_mapped_files_end_completes_the_trace_then_the_process_dies_of_sigbus() {
     dies_of("bus", SIGBUS);
+}
+
+#[test]
+fn a_stack_overflow_completes_the_trace_then_the_process_dies_of_sigsegv() {
+    // No handler of the program's and no room on the thread's stack: the shim's handler
+    // runs on the alternate stack it gave the thread.
+    dies_of("overflow", SIGSEGV);
+}
+
+#[test]
+fn sigpipes_default_action_completes_the_trace_then_kills_the_process() {
+    dies_of("pipe", 13);
+}
+
+#[test]
+fn sigusr1s_default_action_completes_the_trace_then_kills_the_process() {
+    dies_of("usr1", 10);
+}
+
+/// A handler installed after the shim's, which resets the default action and raises the
+/// signal again (a crash handler's last step): the program's handler runs, sees its own
+/// action when it asks, and the trace is completed before the default action ends it.
+#[test]
+fn a_later_handler_that_raises_again_with_the_default_action_completes_the_trace() {
+    dies_of_printing("reraise", SIGTERM, "query=own\nhandled\n");
 }
 
 #[test]

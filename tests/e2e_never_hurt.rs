@@ -204,3 +204,40 @@ fn a_trace_list_that_is_a_symbolic_link_is_not_followed() {
     );
     assert_eq!(report("leaks", &trace, &[])["total_bytes"], 2 << 20);
 }
+
+/// A Python job's own handlers under the shim's signal handlers: subprocess's vfork child
+/// resets every handler before exec (in memory it shares with the job), the job installs a
+/// SIGTERM handler after the shim's, and both signals still reach Python's handlers, as
+/// without the shim.
+#[test]
+fn a_python_jobs_signal_handlers_stay_its_own() {
+    let expected = "interrupted\nsigint=python\nsigterm=own\ncheckpoint\n";
+    let plain = run_within(
+        gpumemprof_tests::script_command("signals_kept.py"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        (plain.code(), plain.stdout.as_str()),
+        (Some(0), expected),
+        "{}",
+        plain.stderr
+    );
+    let dir = scratch("never_hurt_python_signals");
+    let trace = dir.join("signals.trace");
+    let mut cmd = gpumemprof_tests::script_command("signals_kept.py");
+    cmd.env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0");
+    let ended = run_within(cmd, Duration::from_secs(60));
+    assert_eq!(
+        (ended.code(), ended.stdout.as_str()),
+        (Some(0), expected),
+        "{}",
+        ended.stderr
+    );
+    let s = report("summary", &trace, &[]);
+    assert_eq!(
+        (&s["totals"]["allocations"], &s["totals"]["frees"]),
+        (&1.into(), &1.into())
+    );
+}

@@ -33,9 +33,12 @@ fn our_snapshot_at(trace: &Path, seconds: &str, out: &Path) -> Value {
     snapshot_json(out)
 }
 
+/// A segment as `layout` gives it: address, size, and its blocks (size, state).
+type Segment = (u64, u64, Vec<(u64, String)>);
+
 /// A snapshot's segments as (address, total size, blocks as (size, state)), in address
 /// order: what both snapshots must agree on.
-fn layout(snapshot: &Value) -> Vec<(u64, u64, Vec<(u64, String)>)> {
+fn layout(snapshot: &Value) -> Vec<Segment> {
     let mut segments: Vec<_> = snapshot["segments"]
         .as_array()
         .expect("segments")
@@ -64,7 +67,7 @@ fn layout(snapshot: &Value) -> Vec<(u64, u64, Vec<(u64, String)>)> {
 }
 
 /// Bytes of the blocks in `state` (PyTorch's `active_allocated`: its allocated bytes).
-fn bytes_in(layout: &[(u64, u64, Vec<(u64, String)>)], state: &str) -> (u64, u64) {
+fn bytes_in(layout: &[Segment], state: &str) -> (u64, u64) {
     let blocks = layout.iter().flat_map(|s| &s.2).filter(|b| b.1 == state);
     (blocks.clone().map(|b| b.0).sum(), blocks.count() as u64)
 }

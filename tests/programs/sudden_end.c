@@ -25,6 +25,14 @@
  *   bus    writes to a shared mapping of an empty temporary file -> killed by SIGBUS (7)
  *   chain  (installed before the first CUDA call: a SIGTERM handler that writes "handled\n" to
  *          stdout with write(2) and calls _exit(7)) raise(SIGTERM) -> prints "handled", exit 7
+ *   overflow  recurses without end (no handler: the stack overflows) -> killed by SIGSEGV (11)
+ *   pipe   writes to a pipe whose reading end is closed (SIGPIPE's default) -> killed by SIGPIPE (13)
+ *   usr1   raise(SIGUSR1) (default action: end the process) -> killed by SIGUSR1 (10)
+ *   reraise  (installed after the first CUDA call, so it replaces any handler there was: a
+ *          SIGTERM handler that writes "handled\n", resets SIGTERM to SIG_DFL with signal()
+ *          and raises it again, as crash handlers do; asked back with sigaction(), the
+ *          action is the program's own: prints "query=own") raise(SIGTERM) -> prints
+ *          "handled", killed by SIGTERM (15)
  *   wait   prints "ready", then sleeps until a signal from outside ends it (the test sends
  *          SIGTERM or SIGINT) -> killed by that signal; exits 1 if none came within 30 s
  *   _exit  _exit(3)                               -> exit status 3
@@ -71,6 +79,42 @@ static void on_term(int sig)
     _exit(7);
 }
 
+/* The program's own handler of mode reraise: says so, then lets the default action end the
+ * process, as a crash handler does after its report. */
+static void on_term_reraise(int sig)
+{
+    static const char msg[] = "handled\n";
+    ssize_t n = write(STDOUT_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Recursion the compiler cannot turn into a loop: each level keeps 1 KiB live. Endless on
+ * purpose. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winfinite-recursion"
+static __attribute__((noinline)) int overflow(int depth)
+{
+    volatile char frame[1024];
+    frame[depth % sizeof frame] = (char)depth;
+    return overflow(depth + 1) + frame[0];
+}
+#pragma GCC diagnostic pop
+
+static void write_to_closed_pipe(void)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        perror("sudden_end: pipe");
+        exit(1);
+    }
+    close(fds[0]);
+    static const char byte[] = "x";
+    ssize_t n = write(fds[1], byte, 1); /* no reader: SIGPIPE */
+    (void)n;
+}
+
 /* Sets `sig` back to its default action if it was inherited as ignored. */
 static void undo_ignored(int sig)
 {
@@ -98,8 +142,9 @@ static void write_past_end_of_file(void)
 
 static int known(const char *mode)
 {
-    static const char *const modes[] = {"term",  "int",  "hup",   "quit",  "abrt", "segv",
-                                        "bus",   "chain", "wait", "_exit", "_Exit"};
+    static const char *const modes[] = {"term",  "int",      "hup",  "quit", "abrt",
+                                        "segv",  "bus",      "chain", "wait", "_exit",
+                                        "_Exit", "overflow", "pipe", "usr1", "reraise"};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
         if (strcmp(mode, modes[i]) == 0)
             return 1;
@@ -111,12 +156,14 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     if (!known(mode)) {
         fprintf(stderr,
-                "usage: sudden_end term|int|hup|quit|abrt|segv|bus|chain|wait|_exit|_Exit\n");
+                "usage: sudden_end term|int|hup|quit|abrt|segv|bus|chain|wait|_exit|_Exit|"
+                "overflow|pipe|usr1|reraise\n");
         return 1;
     }
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
-    const int signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS};
+    const int signals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGABRT,
+                           SIGSEGV, SIGBUS, SIGPIPE, SIGUSR1};
     for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
         undo_ignored(signals[i]);
     if (strcmp(mode, "chain") == 0) {
@@ -131,8 +178,27 @@ int main(int argc, char **argv)
     printf("allocs=4\nfrees=1\nlive_bytes=%zu\nending=%s\n", 8 * MiB, mode);
     fflush(stdout);
 
-    if (strcmp(mode, "term") == 0 || strcmp(mode, "chain") == 0) {
+    if (strcmp(mode, "reraise") == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_term_reraise;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL); /* after the first CUDA call */
+        struct sigaction now;
+        sigaction(SIGTERM, NULL, &now);
+        printf("query=%s\n", now.sa_handler == on_term_reraise ? "own" : "other");
+        fflush(stdout);
+    }
+
+    if (strcmp(mode, "term") == 0 || strcmp(mode, "chain") == 0 ||
+        strcmp(mode, "reraise") == 0) {
         raise(SIGTERM);
+    } else if (strcmp(mode, "overflow") == 0) {
+        return overflow(0);
+    } else if (strcmp(mode, "pipe") == 0) {
+        write_to_closed_pipe();
+    } else if (strcmp(mode, "usr1") == 0) {
+        raise(SIGUSR1);
     } else if (strcmp(mode, "int") == 0) {
         raise(SIGINT);
     } else if (strcmp(mode, "hup") == 0) {

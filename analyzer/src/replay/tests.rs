@@ -533,12 +533,21 @@ fn nvml_counts_each_vmm_handle_once_mapped_or_not() {
     r.record(alloc(4, 0, MemKind::Device, 0x9000_0000, MIB, 0));
     r.record(sample(5, 5 * MIB));
     // The mapping is unmapped: the handles still hold their memory.
-    r.record(free_kind(6, MemKind::Device, 0x7000_0000, FREE_RANGE, 2 * MIB));
+    r.record(free_kind(
+        6,
+        MemKind::Device,
+        0x7000_0000,
+        FREE_RANGE,
+        2 * MIB,
+    ));
     r.record(sample(7, 5 * MIB));
     let nvml = r.finish().nvml;
     assert_eq!(
         (nvml[0].tracked_at_peak, nvml[0].untracked_at_peak()),
         (5 * MIB, 0)
     );
-    assert_eq!((nvml[0].tracked_at_last, nvml[0].untracked_at_last()), (5 * MIB, 0));
+    assert_eq!(
+        (nvml[0].tracked_at_last, nvml[0].untracked_at_last()),
+        (5 * MIB, 0)
+    );
 }

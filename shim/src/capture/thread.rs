@@ -1,5 +1,6 @@
 //! The per-thread re-entrancy guard, cached thread id and event ring (with the
-//! `pthread_key` destructor that retires the ring when the thread exits).
+//! `pthread_key` destructor that retires the ring, and takes the thread's alternate signal
+//! stack back, when the thread exits).
 //!
 //! Hooks can fire from anywhere: before `main`, inside another library's constructor,
 //! in a thread the shim never saw, during TLS destruction at thread exit, and from the
@@ -135,6 +136,7 @@ extern "C" fn thread_exit(ring: *mut libc::c_void) {
     // Later events of this thread (other keys' destructors) use the shared queue.
     set_ring(RING_GONE);
     ring.retire();
+    crate::sys::altstack::take_back();
 }
 
 /// Arranges for `ring` to be retired when the calling thread exits; false if it cannot
@@ -150,7 +152,13 @@ pub fn note_owner(ring: &'static Ring) -> bool {
     });
     let Ok(key) = key else { return false };
     // SAFETY: a key from pthread_key_create; the value outlives the thread.
-    unsafe { libc::pthread_setspecific(*key, ring as *const Ring as *const libc::c_void) == 0 }
+    let owned =
+        unsafe { libc::pthread_setspecific(*key, ring as *const Ring as *const libc::c_void) == 0 };
+    if owned {
+        // Taken back by `thread_exit`, with the ring.
+        crate::sys::altstack::give();
+    }
+    owned
 }
 
 fn current_tid() -> u32 {

@@ -20,12 +20,15 @@
 //! Ends (`exit.rs`, `signals.rs`), each recorded in the trace before its End record (an
 //! exit status or a signal): `exit` and return from `main` run the exit handler;
 //! `_exit`/`_Exit` are hooked to complete the trace first; SIGTERM, SIGINT, SIGHUP,
-//! SIGQUIT, SIGABRT (`abort`, an uncaught C++ exception), SIGSEGV and SIGBUS complete it
-//! in a handler and then run the previous handler or the default action. SIGKILL cannot
+//! SIGQUIT, SIGABRT (`abort`, an uncaught C++ exception), the faults (SIGSEGV, a stack
+//! overflow included, SIGBUS, SIGFPE, SIGILL, SIGSYS) and every other signal whose default
+//! action ends the process complete it in a handler and then run the program's handler or
+//! the default action; `actions.rs` keeps the program's handlers, set before or after. SIGKILL cannot
 //! be caught: the trace then holds every event older than the flush interval (blocks are
 //! written whole), and an out-of-memory failure is flushed at once, so the evidence of an
 //! OOM is on disk before anything can kill the process.
 
+mod actions;
 mod exit;
 mod fork;
 mod one_copy;
@@ -147,6 +150,7 @@ extern "C" fn constructor() {
     // Find the real dlsym/dlvsym now, while nothing else runs: the overrides then
     // never take their slow path.
     let _ = std::panic::catch_unwind(crate::sys::dl::prime);
+    let _ = std::panic::catch_unwind(actions::prime);
     let _ = std::panic::catch_unwind(one_copy::decide);
     exit::register();
     // SAFETY: registering plain extern "C" functions without captured state.

@@ -1,30 +1,40 @@
-//! Fatal-signal handlers: complete the trace, then chain.
+//! Signal handlers for the endings a signal brings: complete the trace, then chain.
 //!
-//! Installed once, at the first allocation, for SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT,
-//! SIGSEGV and SIGBUS, unless the signal is ignored (an ignored signal stays ignored, also across
-//! `exec`). The handler runs on the alternate signal stack where the thread has one.
-//! It only uses atomics, `clock_gettime`, `nanosleep`, a futex wake (the writer's unpark)
-//! and one `write(2)` of a line built on the stack: if the previous action is the default
-//! (the process dies), it records the signal as the process's ending, asks the writer to
-//! complete the trace and says so on stderr; if the program handles the signal itself
-//! (Python's SIGINT), it asks for a flush, since the program may go on. It waits at most 3 s, and
-//! never on the writer thread itself. Then the previous handler runs, or the default
-//! action is restored and the signal raised again.
+//! Installed once, at the first allocation, unless the signal is ignored (an ignored
+//! signal stays ignored, also across `exec`):
+//! * **always** for SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, and the faults SIGSEGV,
+//!   SIGBUS, SIGFPE, SIGILL and SIGSYS, whatever the program's action;
+//! * **while default** for the other signals whose default action ends the process:
+//!   SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGTRAP, SIGXCPU,
+//!   SIGXFSZ, SIGSTKFLT (a program that handles one gets it without the shim, `actions`).
+//!
+//! `actions` keeps the program's own action for a held signal, set before or after the
+//! install. The handler runs on the alternate signal stack (`altstack` gives each thread
+//! that records one, so a stack overflow is caught too). It only uses atomics,
+//! `clock_gettime`, `nanosleep`, a futex wake (the writer's unpark) and one `write(2)` of a
+//! line built on the stack. When the program's action is the default (the process dies),
+//! it records the signal as the process's ending, asks the writer to complete the trace
+//! and says so on stderr; when the program handles an asynchronous signal itself (Python's
+//! SIGINT), it asks for a flush, since the program may go on; a fault the program handles
+//! goes straight to its handler (a runtime that handles faults as part of its work must not
+//! pay a flush each; if the handler then resets the default and raises the fault again, the
+//! shim sees that). It waits at most 3 s, and never on the writer thread itself. Then the
+//! program's handler runs, or the default action is restored and the signal raised again.
 
+use super::actions::{self, Hold};
 use super::unfinished;
 use crate::sys::diag::{quiet, FixedLine};
 use crate::writer::Pipeline;
 use gpumemprof_format::Ending;
 use std::ffi::{c_int, c_void};
 use std::fmt::Write;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A signal handler waits this long for the writer before the signal goes on.
 const SIGNAL_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
-const SIGNALS: [c_int; 7] = [
+const ALWAYS: [c_int; 10] = [
     libc::SIGTERM,
     libc::SIGINT,
     // A closed terminal or a lost ssh session; Ctrl-\. `gpumemprof run` forwards both.
@@ -33,40 +43,69 @@ const SIGNALS: [c_int; 7] = [
     libc::SIGABRT,
     libc::SIGSEGV,
     libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGSYS,
 ];
-const MAX_SIGNAL: usize = 65;
+
+/// Faults: raised by the instruction that ran, handled by runtimes as part of their work.
+const FAULTS: [c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGSYS,
+];
+
+const WHILE_DEFAULT: [c_int; 12] = [
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGIO,
+    libc::SIGPWR,
+    libc::SIGTRAP,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGSTKFLT,
+];
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// One handler at a time completes the trace; others only chain.
 static BUSY: AtomicBool = AtomicBool::new(false);
-struct Previous(std::cell::UnsafeCell<[MaybeUninit<libc::sigaction>; MAX_SIGNAL]>);
-// SAFETY: written once, by `install`, before the handlers that read it exist.
-unsafe impl Sync for Previous {}
-static PREVIOUS: Previous = Previous(std::cell::UnsafeCell::new(
-    [MaybeUninit::uninit(); MAX_SIGNAL],
-));
 
 pub fn install() {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
-    for sig in SIGNALS {
-        // SAFETY: sigaction with valid pointers; PREVIOUS[sig] is written before our
-        // handler is installed for sig, and never again.
+    let Some(real) = actions::real_sigaction() else {
+        return;
+    };
+    crate::sys::altstack::enable();
+    actions::claim();
+    let held = ALWAYS.iter().map(|&s| (s, Hold::Always));
+    let held = held.chain(WHILE_DEFAULT.iter().map(|&s| (s, Hold::WhileDefault)));
+    for (sig, how) in held {
+        // SAFETY: sigaction with valid pointers; the program's action is recorded before
+        // the shim's handler is installed for sig.
         unsafe {
-            let slot = &mut (*PREVIOUS.0.get())[sig as usize];
             let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+            if real(sig, std::ptr::null(), &mut old) != 0
                 || old.sa_sigaction == libc::SIG_IGN
+                || (how == Hold::WhileDefault && old.sa_sigaction != libc::SIG_DFL)
             {
                 continue;
             }
-            slot.write(old);
+            actions::set(sig, &old, how);
             let mut new: libc::sigaction = std::mem::zeroed();
             new.sa_sigaction = handler as *const () as usize;
             new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | (old.sa_flags & libc::SA_RESTART);
             libc::sigemptyset(&mut new.sa_mask);
-            libc::sigaction(sig, &new, std::ptr::null_mut());
+            if real(sig, &new, std::ptr::null_mut()) != 0 {
+                actions::set(sig, &old, Hold::No);
+            }
         }
     }
 }
@@ -74,12 +113,14 @@ pub fn install() {
 extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: errno is this thread's; restored before chaining.
     let errno = unsafe { *libc::__errno_location() };
-    // SAFETY: PREVIOUS[sig] was written before this handler was installed for sig.
-    let previous = unsafe { (*PREVIOUS.0.get())[sig as usize].assume_init() };
-    if !BUSY.swap(true, Ordering::AcqRel) {
+    let Some(previous) = actions::program_action(sig) else {
+        return;
+    };
+    let default = previous.sa_sigaction == libc::SIG_DFL;
+    if (default || !FAULTS.contains(&sig)) && !BUSY.swap(true, Ordering::AcqRel) {
         if let Some(p) = unfinished() {
             if !p.on_writer_thread() {
-                if previous.sa_sigaction == libc::SIG_DFL {
+                if default {
                     p.set_ending(Ending::Signal(sig as u32));
                     if p.shutdown_from_signal(SIGNAL_FLUSH_TIMEOUT) {
                         say_written(p, sig);
@@ -121,20 +162,35 @@ fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, previous: &li
         return;
     }
     if h == libc::SIG_DFL {
-        // SAFETY: restore the default action and raise again: the signal is blocked
-        // while this handler runs, so it is delivered (and acts) when we return; a
-        // fault re-executes its instruction and faults again either way.
+        // SAFETY: restore the default action (in the kernel, not the program's view: the
+        // process is ending) and raise again: the signal is blocked while this handler
+        // runs, so it is delivered (and acts) when we return; a fault re-executes its
+        // instruction and faults again either way.
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigemptyset(&mut dfl.sa_mask);
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            if let Some(real) = actions::real_sigaction() {
+                real(sig, &dfl, std::ptr::null_mut());
+            }
             libc::raise(sig);
         }
         return;
     }
-    // SAFETY: the program's own handler, called as the kernel would have.
+    if previous.sa_flags & libc::SA_RESETHAND != 0 {
+        // SAFETY: a zeroed action is SIG_DFL with an empty mask.
+        let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+        actions::set(sig, &dfl, actions::hold(sig));
+    }
+    // SAFETY: the program's own handler, called as the kernel would have, with its mask
+    // (and the signal itself, unless SA_NODEFER) blocked while it runs.
     unsafe {
+        let mut mask = previous.sa_mask;
+        if previous.sa_flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut mask, sig);
+        }
+        let mut saved: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut saved);
         if previous.sa_flags & libc::SA_SIGINFO != 0 {
             let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(h);
             f(sig, info, ctx);
@@ -142,5 +198,6 @@ fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, previous: &li
             let f: extern "C" fn(c_int) = std::mem::transmute(h);
             f(sig);
         }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut());
     }
 }

@@ -91,6 +91,12 @@ pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void>
     (!p.is_null()).then_some(p)
 }
 
+/// libc's own default-version definition of `name`, read from libc's symbol table (never
+/// one of the shim's exports of the same name); NULL if libc has none.
+pub fn libc_symbol(name: &CStr) -> *mut c_void {
+    elf::find_in_loaded(&[c"libc.so.6"], name)
+}
+
 /// Every copy of the shim exports this name (`session::one_copy`).
 pub const SHIM_MARK: &CStr = c"gpumemprof_session_mark";
 

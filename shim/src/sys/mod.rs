@@ -1,7 +1,9 @@
 //! The bottom layer: what every other layer uses and nothing of the shim below it
 //! (diagnostics, the real `dlsym` and symbol lookups, the hook list, the clock, the
-//! configuration, the event as it travels to the writer).
+//! configuration, the event as it travels to the writer, each thread's alternate signal
+//! stack).
 
+pub mod altstack;
 pub mod clock;
 pub mod config;
 pub mod diag;
