@@ -120,8 +120,11 @@ fn main() -> ExitCode {
         .arg(&example)
         .env("LD_LIBRARY_PATH", &libs)
         .env_remove("LD_PRELOAD");
+    // The line as it can be run again by hand: ctypes finds the runtime through
+    // LD_LIBRARY_PATH (the simulated one here; a machine with a GPU has its own).
     let shown = format!(
-        "gpumemprof run -f -o {} -- python3 {}",
+        "LD_LIBRARY_PATH={} gpumemprof run -f -o {} -- python3 {}",
+        libs.display(),
         py_trace.display(),
         example.display()
     );

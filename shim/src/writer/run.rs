@@ -15,8 +15,22 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 /// Events younger than this stay in the reorder buffer: far longer than the few
-/// microseconds between a hook's timestamp and its push.
+/// microseconds between a hook's timestamp and its push (a quarter of the flush interval
+/// where that is shorter, `reorder_window`).
 const REORDER_WINDOW_NS: u64 = 2_000_000;
+
+/// The promise is that no event waits longer than the flush interval (`GPUMEMPROF_FLUSH_MS`)
+/// to be written. An event can arrive just after a flush, wait out the reorder window and
+/// the writer's nap, and then the block must still be compressed and written, while the
+/// writer thread competes with the program's for a core. So blocks are written every half
+/// interval, and the other half is the margin (measured in BENCHMARKS.md, "lost window").
+fn flush_period(flush_ns: u64) -> u64 {
+    (flush_ns / 2).max(100_000)
+}
+
+fn reorder_window(flush_ns: u64) -> u64 {
+    REORDER_WINDOW_NS.min(flush_ns / 4)
+}
 
 /// NVML is sampled again, before its interval is up, once this much device memory was
 /// allocated since the last sample: a job whose memory rises between two samples would
@@ -93,7 +107,7 @@ impl Pipeline {
                 core.define_stacks();
                 let now = clock::now_ns();
                 let rel = now.saturating_sub(self.start_ns);
-                core.emit(Some(rel.saturating_sub(REORDER_WINDOW_NS)));
+                core.emit(Some(rel.saturating_sub(reorder_window(self.flush_ns))));
                 if let Some(p) = core.take_new_path() {
                     self.set_path(&p);
                 }
@@ -113,7 +127,7 @@ impl Pipeline {
                         self.set_path(&p);
                     }
                     self.flush_done.store(asked, Ordering::Release);
-                } else if now.saturating_sub(core.last_flush_ns) >= self.flush_ns {
+                } else if now.saturating_sub(core.last_flush_ns) >= flush_period(self.flush_ns) {
                     core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
                 }
                 n
@@ -126,11 +140,19 @@ impl Pipeline {
             // (they unpark us), the reorder window passes, or the next flush is due.
             self.writer_sleeping.store(true, Ordering::Release);
             if !self.shutdown_requested.load(Ordering::Acquire) {
-                let has_pending = !self.core.lock().pending.is_empty();
+                let (has_pending, last_flush) = {
+                    let core = self.core.lock();
+                    (!core.pending.is_empty(), core.last_flush_ns)
+                };
+                // Never past the next flush that is due.
+                let due = last_flush
+                    .saturating_add(flush_period(self.flush_ns))
+                    .saturating_sub(clock::now_ns())
+                    .max(100_000);
                 let mut nap = if has_pending {
-                    Duration::from_nanos(REORDER_WINDOW_NS)
+                    Duration::from_nanos(reorder_window(self.flush_ns).min(due))
                 } else {
-                    Duration::from_nanos(self.flush_ns.min(100_000_000))
+                    Duration::from_nanos(due)
                 };
                 if nvml.is_some() {
                     let due = if grown >= NVML_CHANGE_BYTES {
