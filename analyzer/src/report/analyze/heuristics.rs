@@ -351,6 +351,7 @@ impl Analysis {
             .filter(|(_, g)| g.cycles.len() as u64 >= GROWING_SITE_MIN_CYCLES)
             .collect();
         sites.sort_by(|(ka, a), (kb, b)| b.bytes.cmp(&a.bytes).then(ka.cmp(kb)));
+        let growing_sites: BTreeSet<(u64, MemKind)> = sites.iter().map(|(k, _)| *k).collect();
         for ((stack, kind), g) in sites {
             let device = g.single_device();
             out.push(finding(
@@ -376,32 +377,44 @@ impl Analysis {
             ));
         }
 
-        // A process a signal ended had no chance to free: not a cleanup problem.
+        // A process a signal ended had no chance to free: not a cleanup problem. The
+        // growing sites' memory is theirs already (`causes`): this is what the others left.
         if trace.exited() && r.totals.live_bytes > 0 {
             // The largest (stack, kind) group, as `leaks` would list first.
             let mut groups: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
             for a in r.live.iter().filter(|a| a.kind.is_memory()) {
-                groups.entry((a.stack, a.kind)).or_default().add(a);
+                if !growing_sites.contains(&(a.stack, a.kind)) {
+                    groups.entry((a.stack, a.kind)).or_default().add(a);
+                }
             }
             let largest = groups
                 .iter()
                 .max_by(|(ka, a), (kb, b)| a.bytes.cmp(&b.bytes).then(kb.cmp(ka)))
                 .map(|((s, _), _)| *s);
-            out.push(finding(
-                "insufficient_cleanup",
-                "warning",
-                None,
-                r.totals.live_bytes,
-                r.totals.live_allocations,
-                largest,
-                format!(
-                    "{} in {} still allocated when the process exited, from {}",
-                    units::bytes_exact(r.totals.live_bytes),
-                    units::plural(r.totals.live_allocations, "allocation", "allocations"),
-                    units::plural(groups.len() as u64, "site", "sites")
-                ),
-                &[("sites", groups.len() as u64)],
-            ));
+            let bytes: u64 = groups.values().map(|g| g.bytes).sum();
+            let count: u64 = groups.values().map(|g| g.count).sum();
+            let besides = if growing_sites.is_empty() {
+                ""
+            } else {
+                " besides the growing sites above"
+            };
+            if count > 0 {
+                out.push(finding(
+                    "insufficient_cleanup",
+                    "warning",
+                    None,
+                    bytes,
+                    count,
+                    largest,
+                    format!(
+                        "{} in {} still allocated when the process exited, from {}{besides}",
+                        units::bytes_exact(bytes),
+                        units::plural(count, "allocation", "allocations"),
+                        units::plural(groups.len() as u64, "site", "sites")
+                    ),
+                    &[("sites", groups.len() as u64)],
+                ));
+            }
         }
 
         if trace.exited() {

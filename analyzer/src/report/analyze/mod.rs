@@ -23,8 +23,9 @@
 
 //!
 //! Files: `model` (the report, thresholds, recommendations), `heuristics` (the observer
-//! and its findings); `build` and `write_text` below. `cmd/analyze.rs` holds the flags.
+//! and its findings), `causes` (one finding per cause); `build` and `write_text` below. `cmd/analyze.rs` holds the flags.
 
+mod causes;
 mod heuristics;
 mod model;
 
@@ -52,6 +53,7 @@ pub fn build(
 ) -> AnalyzeReport {
     let mut findings: Vec<Finding> = oom.and_then(oom_finding).into_iter().collect();
     findings.extend(analysis.findings(&trace, r, sym, frames));
+    let findings = causes::fold_growth(findings);
     let mut recommendations: Vec<Recommendation> = Vec::new();
     for f in &findings {
         if !recommendations.iter().any(|x| x.heuristic == f.heuristic) {
