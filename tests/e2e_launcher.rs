@@ -147,6 +147,29 @@ fn the_programs_exit_status_is_the_launchers() {
     assert!(trace.is_file());
 }
 
+/// A job that died of CUDA out-of-memory (`oom_final`): the next command is `oom`, what a
+/// user asks first then; the shim's own line says so too.
+#[test]
+fn after_an_out_of_memory_the_next_command_is_oom() {
+    let dir = scratch("launcher_oom");
+    let trace = dir.join("oom.trace");
+    let mut cmd = analyzer();
+    cmd.args(["run", "-o", text(&trace), "--"])
+        .arg(gpumemprof_tests::program("oom_final"));
+    clean(&mut cmd);
+    let e = run(cmd);
+    assert_eq!(e.code(), Some(1), "{}", e.stderr);
+    let last = e.stderr.lines().last().unwrap_or("");
+    assert_eq!(
+        last,
+        format!(
+            "gpumemprof: next: gpumemprof oom {}   (it ran out of GPU memory: what asked, what \
+             held the device, from where)",
+            text(&trace)
+        )
+    );
+}
+
 #[test]
 fn a_command_that_cannot_be_found_exits_127() {
     let mut cmd = analyzer();

@@ -186,6 +186,35 @@ fn a_run_that_dies_of_oom_is_explained_down_to_its_lines() {
     assert_eq!(v["trace"]["complete"], true);
     check_oom_final("oom_final", &v);
 
+    // `track` raises a critical alert for the failure itself, below any threshold: 896 MiB
+    // of the 1 GiB device is 87.5%, a warning by usage.
+    let t = report("track", &run.trace, &[]);
+    let alerts: Vec<(&str, &str, u64, u64)> = (t["alerts"].as_array().unwrap().iter())
+        .map(|a| {
+            (
+                a["level"].as_str().unwrap(),
+                a["cause"].as_str().unwrap(),
+                a["requested_bytes"].as_u64().unwrap(),
+                a["used_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            ("warning", "threshold", 0, 896 * MIB),
+            ("critical", "out_of_memory", 256 * MIB, 896 * MIB)
+        ]
+    );
+    let text = report_text("track", &run.trace, &[]);
+    assert!(
+        text.contains(
+            "CRITICAL device 0: out of memory: 256.0 MiB (268435456 B) asked for with 896.0 MiB \
+             (939524096 B) in use; see why with: gpumemprof oom"
+        ),
+        "{text}"
+    );
+
     // The weights came 1 s before the rest: a 0.5 s window sees only the step's growth.
     let w = oom_report(&run.trace, &["--window", "0.5"]);
     let g = &w["growth"];

@@ -117,6 +117,14 @@ fn a_fragmentation_oom_is_one_error_with_pytorchs_own_message() {
             && text.contains("failure 1 of 1 out of memory"),
         "{text}"
     );
+    // `track`: one critical alert for the one error, PyTorch's refusal of the block, not
+    // one per failed cudaMalloc before it.
+    let t = report("track", &trace, &[]);
+    let ooms: Vec<(&Value, &Value)> = (t["alerts"].as_array().unwrap().iter())
+        .filter(|a| a["cause"] == "out_of_memory")
+        .map(|a| (&a["level"], &a["requested_bytes"]))
+        .collect();
+    assert_eq!(ooms, [(&json!("critical"), &json!(256 * MIB))]);
 }
 
 #[test]

@@ -203,6 +203,17 @@ pub fn write_alert(out: &mut dyn Write, a: &Alert) -> io::Result<()> {
     } else {
         (WARN, "WARNING ")
     };
+    if a.cause == "out_of_memory" {
+        return writeln!(
+            out,
+            "  {} {style}{label}{style:#} device {}: out of memory: {} asked for with {} in use; \
+             see why with: gpumemprof oom",
+            units::secs(a.time_ns),
+            units::device(a.device),
+            units::bytes_exact(a.requested_bytes),
+            units::bytes_exact(a.used_bytes)
+        );
+    }
     writeln!(
         out,
         "  {} {style}{label}{style:#} device {} at {:.2}% ({} of {})",

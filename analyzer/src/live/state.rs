@@ -50,6 +50,11 @@ pub struct Alert {
     pub used_bytes: u64,
     pub total_bytes: u64,
     pub percent: f64,
+    /// Why: `threshold` (usage crossed a level) or `out_of_memory` (an allocation failed
+    /// for lack of memory: always critical).
+    pub cause: &'static str,
+    /// For `out_of_memory`, the bytes asked for; else 0.
+    pub requested_bytes: u64,
 }
 
 /// Live bytes of one (device, kind) row now and at their peak.
@@ -87,6 +92,8 @@ pub struct LiveState {
     pub python: HashMap<u64, PyCode>,
     /// The alert level each device is at.
     levels: BTreeMap<i32, u8>,
+    /// Devices with a framework's tensor records.
+    tensor_devices: std::collections::BTreeSet<i32>,
     pub alerts: Vec<Alert>,
     pub alerts_total: u64,
 }
@@ -105,6 +112,7 @@ impl LiveState {
             modules: Vec::new(),
             python: HashMap::new(),
             levels: BTreeMap::new(),
+            tensor_devices: Default::default(),
             alerts: Vec::new(),
             alerts_total: 0,
         }
@@ -154,8 +162,37 @@ impl LiveState {
                     used_bytes: used,
                     total_bytes: total,
                     percent,
+                    cause: "threshold",
+                    requested_bytes: 0,
                 });
             }
+        }
+    }
+
+    /// An allocation failed for lack of memory: a critical alert, whatever the thresholds.
+    /// A framework allocator's failed CUDA calls are not errors of the program's until it
+    /// refuses the block (`replay/attempts.rs`): on a device with tensors only the refusal
+    /// is alerted.
+    fn out_of_memory(&mut self, f: &gpumemprof_format::AllocFailed) {
+        if f.result != gpumemprof_format::OUT_OF_MEMORY
+            || (f.kind != MemKind::Tensor && self.tensor_devices.contains(&f.device))
+        {
+            return;
+        }
+        let used = self.device_used(f.device);
+        let total = self.device_total(f.device).map_or(0, |(t, _)| t);
+        self.alerts_total += 1;
+        if self.alerts.len() < MAX_ALERTS {
+            self.alerts.push(Alert {
+                time_ns: f.time_ns,
+                device: f.device,
+                level: "critical",
+                used_bytes: used,
+                total_bytes: total,
+                percent: percent(used, total),
+                cause: "out_of_memory",
+                requested_bytes: f.size,
+            });
         }
     }
 
@@ -244,9 +281,15 @@ impl Observer for LiveState {
                 self.nvml.insert(s.device, *s);
                 self.check(s.device, s.time_ns);
             }
-            Record::AllocFailed(f) if f.mem_total > 0 => {
-                self.failure_total.insert(f.device, f.mem_total);
-                self.check(f.device, f.time_ns);
+            Record::AllocFailed(f) => {
+                if f.mem_total > 0 {
+                    self.failure_total.insert(f.device, f.mem_total);
+                    self.check(f.device, f.time_ns);
+                }
+                self.out_of_memory(f);
+            }
+            Record::Tensor(t) => {
+                self.tensor_devices.insert(t.device);
             }
             Record::Stack { id, frames } => {
                 let first_use_ns = self.stacks.get(id).and_then(|s| s.first_use_ns);

@@ -28,6 +28,7 @@ use crate::error::Error;
 use crate::term;
 
 mod env;
+mod next;
 pub use env::{merge_backend, plan, Modes, Plan};
 
 /// What the shim writes when neither `-o` nor `GPUMEMPROF_OUTPUT` says otherwise (the
@@ -443,14 +444,11 @@ fn report_end(
     // The command's own process first: the one the user started; with several, all of
     // them (`summary` of several traces gives one line per process and the highest).
     if let Some(first) = traces.iter().find(|t| *t == expected).or(traces.first()) {
-        let mut all = vec![quote(&display(first))];
-        all.extend(
-            traces
-                .iter()
-                .filter(|t| *t != first)
-                .map(|t| quote(&display(t))),
-        );
-        eprintln!("gpumemprof: next: gpumemprof summary {}", all.join(" "));
+        let ordered: Vec<&str> = std::iter::once(first.as_str())
+            .chain(traces.iter().filter(|t| *t != first).map(String::as_str))
+            .collect();
+        let quoted: Vec<String> = ordered.iter().map(|t| quote(&display(t))).collect();
+        eprintln!("gpumemprof: next: {}", next::command(&quoted, &ordered));
     }
 }
 
