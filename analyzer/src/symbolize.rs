@@ -140,8 +140,36 @@ struct ModuleFile {
 /// not good enough: a stripped library (Debian's libc keeps only `.dynsym`) would name
 /// `__libc_init_first` for code in the local `__libc_start_call_main`. A name is given
 /// only when the address lies inside the symbol's [start, start + size).
+///
+/// The names stay in the mapped file: PyTorch's libraries have hundreds of thousands of
+/// function symbols, and copying each name cost more than the lookups that need a few.
 #[derive(Default)]
-struct SizedSymbols(Vec<(u64, u64, String)>);
+struct SizedSymbols {
+    names: Names,
+    /// (start, end, where the name starts in `names`, its length), sorted.
+    symbols: Vec<(u64, u64, usize, usize)>,
+}
+
+/// Where the names are: the mapped file (or bytes of their own, in tests).
+#[derive(Default)]
+enum Names {
+    #[default]
+    None,
+    Map(memmap2::Mmap),
+    #[cfg(test)]
+    Bytes(Vec<u8>),
+}
+
+impl Names {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Names::None => &[],
+            Names::Map(m) => m,
+            #[cfg(test)]
+            Names::Bytes(b) => b,
+        }
+    }
+}
 
 impl SizedSymbols {
     fn read(path: &str) -> SizedSymbols {
@@ -149,39 +177,55 @@ impl SizedSymbols {
         let Ok(file) = File::open(path) else {
             return SizedSymbols::default();
         };
-        let cache = object::ReadCache::new(file);
-        let Ok(parsed) = object::File::parse(&cache) else {
+        // SAFETY: the library is mapped read-only and only read while `map` lives; a file
+        // truncated meanwhile could fault, as for any reader of a changing library (the
+        // build-id check has already trusted it).
+        let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
             return SizedSymbols::default();
         };
-        let mut v: Vec<(u64, u64, String)> = parsed
+        let Ok(parsed) = object::File::parse(&*map) else {
+            return SizedSymbols::default();
+        };
+        let base = map.as_ptr() as usize;
+        let mut symbols: Vec<(u64, u64, usize, usize)> = parsed
             .symbols()
             .chain(parsed.dynamic_symbols())
             .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
             .filter_map(|s| {
-                let name = s.name().ok()?;
+                let name = s.name_bytes().ok()?;
                 Some((
                     s.address(),
                     s.address().saturating_add(s.size()),
-                    name.to_string(),
+                    (name.as_ptr() as usize).checked_sub(base)?,
+                    name.len(),
                 ))
             })
             .collect();
-        v.sort();
-        v.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-        SizedSymbols(v)
+        let name = |&(_, _, at, len): &(u64, u64, usize, usize)| &map[at..at + len];
+        symbols.sort_by(|a, b| {
+            (a.0, a.1)
+                .cmp(&(b.0, b.1))
+                .then_with(|| name(a).cmp(name(b)))
+        });
+        symbols.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        SizedSymbols {
+            names: Names::Map(map),
+            symbols,
+        }
     }
 
     /// The name of the function symbol containing `svma`, if one does.
     fn containing(&self, svma: u64) -> Option<&str> {
-        let i = self.0.partition_point(|(start, _, _)| *start <= svma);
+        let map = self.names.bytes();
+        let i = self.symbols.partition_point(|(start, ..)| *start <= svma);
         // Symbols may nest (aliases of different sizes): look back over those starting
         // at or before the address for one that still covers it.
-        self.0[..i]
+        self.symbols[..i]
             .iter()
             .rev()
             .take(8)
-            .find(|(_, end, _)| svma < *end)
-            .map(|(_, _, name)| name.as_str())
+            .find(|(_, end, ..)| svma < *end)
+            .and_then(|&(_, _, at, len)| std::str::from_utf8(map.get(at..at + len)?).ok())
     }
 }
 
@@ -506,11 +550,15 @@ mod tests {
 
     #[test]
     fn a_symbol_names_only_addresses_inside_it() {
-        let s = SizedSymbols(vec![
-            (0x100, 0x110, "small".into()),
-            (0x200, 0x300, "outer".into()),
-            (0x240, 0x250, "alias_inside".into()),
-        ]);
+        let names = b"smallouteralias_inside".to_vec();
+        let s = SizedSymbols {
+            names: super::Names::Bytes(names),
+            symbols: vec![
+                (0x100, 0x110, 0, 5),
+                (0x200, 0x300, 5, 5),
+                (0x240, 0x250, 10, 12),
+            ],
+        };
         assert_eq!(s.containing(0x0ff), None);
         assert_eq!(s.containing(0x100), Some("small"));
         assert_eq!(s.containing(0x10f), Some("small"));
