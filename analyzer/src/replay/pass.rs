@@ -100,6 +100,8 @@ pub struct Replay {
     map_apis: Vec<u16>,
     /// Per device, bytes of `Device` memory live as mappings of VMM handles.
     mapped: Vec<(i32, u64)>,
+    /// A VMM handle was created (a row of them exists).
+    vmm_seen: bool,
 }
 
 impl Replay {
@@ -311,6 +313,7 @@ impl Replay {
         let index = match self.rows.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
+                self.vmm_seen |= kind == MemKind::VmmHandle;
                 self.rows.push((key, RowState::default()));
                 self.rows.len() - 1
             }
@@ -353,7 +356,8 @@ impl Replay {
                 }
             }
         }
-        if a.kind == MemKind::Device && self.map_apis.contains(&a.api) {
+        // Mappings need a handle first: a trace without VMM pays one test of a flag.
+        if self.vmm_seen && a.kind == MemKind::Device && self.map_apis.contains(&a.api) {
             self.mapped_change(a.device, a.size, true);
         }
         let row = self.row(a.device, a.kind);
