@@ -109,21 +109,26 @@ pub fn warn_losses(path: &Path, loaded: &Loaded) {
     }
 }
 
+/// What lost events do to the numbers, both ways.
+pub const LOSS_BOTH_WAYS: &str = "lost allocations make counts low, and lost frees leave \
+     freed memory live, so peaks and leaks can be high";
+
 /// What the events of damaged blocks come to, in words.
 pub fn damage_events(d: &gpumemprof_format::Damage) -> String {
+    let marked = "(`leaks` marks what was allocated before the damage)";
     if d.events_known {
         format!(
-            "{} lost: the numbers undercount",
+            "{} lost: {LOSS_BOTH_WAYS} {marked}",
             crate::units::plural(d.events, "event", "events")
         )
     } else if d.events > 0 {
         format!(
-            "at least {} lost (the last damaged block's are not counted): the numbers \
-             undercount",
+            "at least {} lost (the last damaged block's are not counted): {LOSS_BOTH_WAYS} \
+             {marked}",
             crate::units::plural(d.events, "event", "events")
         )
     } else {
-        "its events are not counted (no counters after it): the numbers may undercount".into()
+        format!("its events are not counted (no counters after it): {LOSS_BOTH_WAYS} {marked}")
     }
 }
 

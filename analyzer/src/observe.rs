@@ -98,7 +98,13 @@ pub fn replay_observed_with<R: Read>(
 ) -> Result<Loaded, ReadError> {
     let mut replay = replay.of_header(reader.header());
     let mut changes = Vec::new();
+    let mut damaged_blocks = 0;
     while let Some(record) = reader.next_salvaged()? {
+        // A damaged block was skipped just before this record.
+        if reader.damage().blocks != damaged_blocks {
+            damaged_blocks = reader.damage().blocks;
+            replay.damaged();
+        }
         match cut(&record, until) {
             Cut::Apply => {}
             Cut::Skip => continue,

@@ -361,8 +361,9 @@ pub fn write_text(report: &DiffReport, out: &mut dyn Write) -> io::Result<()> {
         if t.dropped > 0 {
             writeln!(
                 out,
-                "WARNING: the {name} trace lost {} events: its numbers undercount",
-                t.dropped
+                "WARNING: the {name} trace lost {} events: {}",
+                t.dropped,
+                crate::input::LOSS_BOTH_WAYS
             )?;
         }
     }

@@ -124,8 +124,9 @@ pub fn write_text(report: &MonitorReport, out: &mut dyn Write) -> io::Result<()>
     if t.dropped > 0 {
         writeln!(
             out,
-            "{WARN}WARNING:{WARN:#} {} events were dropped by the shim: the numbers undercount",
-            t.dropped
+            "{WARN}WARNING:{WARN:#} {} events were dropped by the shim: {}",
+            t.dropped,
+            crate::input::LOSS_BOTH_WAYS
         )?;
     }
     writeln!(out)?;

@@ -51,7 +51,7 @@ impl Device {
     /// The moments met up to `bucket` before a change in it: the buckets passed over
     /// without a change keep the value carried into them, as does `bucket`'s start.
     fn reach(&mut self, bucket: usize) {
-        let from = self.bucket.map_or(0, |b| b + 1);
+        let from = self.bucket.map_or(0, |b| b.saturating_add(1));
         for b in from..=bucket.min(self.highest.len().saturating_sub(1)) {
             if self.highest[b] == self.value {
                 self.moment(b);

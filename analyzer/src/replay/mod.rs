@@ -100,7 +100,10 @@ pub fn replay_with<R: Read>(
         match &next {
             Ok(Some(Record::Alloc(a))) => replay.alloc(a),
             Ok(Some(Record::Free(f))) => replay.free(f),
-            Err(ReadError::Corrupt { .. }) => continue,
+            Err(ReadError::Corrupt { .. }) => {
+                replay.damaged();
+                continue;
+            }
             _ => match next? {
                 Some(record) => replay.record(record),
                 None => break,

@@ -53,6 +53,10 @@ pub struct Replayed {
     /// A framework allocator's own figures per device, sorted by device; empty when the
     /// trace has no tensor records.
     pub allocators: Vec<AllocatorFigures>,
+    /// The time of the latest record read before the last damaged block (`None`: no block
+    /// was damaged): an allocation made before it may have had its free in a damaged
+    /// block, and then reads as live when it was not.
+    pub damaged_after_ns: Option<u64>,
     /// What became of the tensors live at each device's tensor peak (`fates`, for `kinds`);
     /// empty when the trace has no tensor records.
     pub fates: FatesResult,
@@ -102,6 +106,7 @@ pub struct Replay {
     mapped: Vec<(i32, u64)>,
     /// A VMM handle was created (a row of them exists).
     vmm_seen: bool,
+    damaged_after_ns: Option<u64>,
 }
 
 impl Replay {
@@ -127,6 +132,11 @@ impl Replay {
             .map(|a| a.id)
             .collect();
         self
+    }
+
+    /// The reader skipped a damaged block here: what it held (frees among it) is lost.
+    pub fn damaged(&mut self) {
+        self.damaged_after_ns = Some(self.pipeline.duration_ns);
     }
 
     /// Adds `delta` (signed) to `device`'s mapped bytes.
@@ -618,6 +628,7 @@ impl Replay {
             ranges,
             peak_allocations: self.peak_allocations,
             fates: self.fates.finish(),
+            damaged_after_ns: self.damaged_after_ns,
             allocators: {
                 let mut a = self.allocators;
                 a.sort_by_key(|f| (f.device, f.framework));

@@ -49,6 +49,9 @@ pub struct LeakGroup {
     /// Of them, what the interpreter's teardown freed at exit.
     pub freed_at_exit_bytes: u64,
     pub freed_at_exit_count: u64,
+    /// Of them, those allocated before a damaged block of the trace: their frees may have
+    /// been in it, so they may not be leaks (0 for a sound trace).
+    pub before_damage_count: u64,
     /// Earliest and latest allocation time in the group, ns since the trace started.
     pub first_time_ns: u64,
     pub last_time_ns: u64,
@@ -77,6 +80,7 @@ struct Group {
     count: u64,
     freed_bytes: u64,
     freed_count: u64,
+    before_damage: u64,
     first: u64,
     last: u64,
 }
@@ -120,6 +124,9 @@ pub fn build(
             freed_bytes = freed_bytes.saturating_add(a.size);
             freed_count += 1;
         }
+        if r.damaged_after_ns.is_some_and(|at| a.time_ns <= at) {
+            g.before_damage += 1;
+        }
         g.first = g.first.min(a.time_ns);
         g.last = g.last.max(a.time_ns);
     }
@@ -156,6 +163,7 @@ pub fn build(
                 count: g.count,
                 freed_at_exit_bytes: g.freed_bytes,
                 freed_at_exit_count: g.freed_count,
+                before_damage_count: g.before_damage,
                 first_time_ns: g.first,
                 last_time_ns: g.last,
                 site: site(&sym.stack(stack, 0)).cloned(),
@@ -236,6 +244,17 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
             when.push_str(&format!(
                 ", {} of them freed only at exit",
                 g.freed_at_exit_count
+            ));
+        }
+        if g.before_damage_count > 0 {
+            let which = if g.before_damage_count == g.count {
+                "all of them".to_string()
+            } else {
+                format!("{} of them", g.before_damage_count)
+            };
+            when.push_str(&format!(
+                "; {which} allocated before a damaged block of the trace, where their frees \
+                 may be"
             ));
         }
         let (one, many) = super::level::count_words(g.kind);

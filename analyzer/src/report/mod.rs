@@ -65,7 +65,8 @@ pub struct TraceInfo {
     pub events: u64,
     /// Events whose producer had to wait for queue space.
     pub queue_waits: u64,
-    /// Events lost: the report undercounts by this many.
+    /// Events lost: the report's counts are off by up to this many, either way (lost
+    /// allocations count low, lost frees leave freed memory live).
     pub dropped: u64,
     /// Time of the last record, ns since the trace started.
     pub duration_ns: u64,
@@ -150,8 +151,9 @@ impl TraceInfo {
         } else if self.dropped > 0 {
             writeln!(
                 out,
-                "WARNING: {} events were dropped by the shim: the numbers below undercount",
-                self.dropped
+                "WARNING: {} events were dropped by the shim: {}",
+                self.dropped,
+                crate::input::LOSS_BOTH_WAYS
             )?;
         }
         if self.truncated {

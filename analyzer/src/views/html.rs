@@ -164,9 +164,9 @@ fn header(h: &mut String, p: &Page, program: &str) {
     if t.dropped > 0 {
         let _ = write!(
             h,
-            "<div class=\"meta\"><strong>{} events were dropped by the shim: the numbers below \
-             undercount.</strong></div>",
-            t.dropped
+            "<div class=\"meta\"><strong>{} events were dropped by the shim: {}.</strong></div>",
+            t.dropped,
+            crate::input::LOSS_BOTH_WAYS
         );
     }
     if t.truncated {

@@ -143,7 +143,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_FLUSH_MS",
         default: "100",
-        doc: "Longest time, in milliseconds (1 to 60000), an event waits before it is compressed and written to the file.",
+        doc: "Longest time, in milliseconds (1 to 60000), an event waits before it is compressed and written to the file (blocks are written every half interval, the other half is the margin for writing them; measured in BENCHMARKS.md, \"lost window\"), so a SIGKILL loses at most this much of the events before it, while the writer thread gets a core.",
     },
     Var {
         name: "GPUMEMPROF_QUEUE_CAPACITY",
@@ -173,7 +173,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_SIGNALS",
         default: "1",
-        doc: "`1`: on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV and SIGBUS the trace is completed, with the signal recorded as the process's ending (or flushed, when the program handles the signal itself), before the program's own handler or the default action runs. `0` installs no handlers.",
+        doc: "`1`: on a signal that ends the process (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, a stack overflow, SIGBUS, SIGFPE, SIGILL, SIGSYS, and SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGTRAP, SIGXCPU, SIGXFSZ, SIGSTKFLT while their action is the default) the trace is completed, with the signal recorded as the process's ending (or flushed, when the program handles an asynchronous signal itself), before the program's own handler or the default action runs; threads that record get an alternate signal stack; `sigaction`/`signal` keep the program's handlers (\"How a process ends\"). `0` installs no handlers, no stacks, and `sigaction` goes straight to libc.",
     },
     Var {
         name: "GPUMEMPROF_CLOCK",

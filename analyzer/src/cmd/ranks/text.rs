@@ -180,11 +180,11 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
             ),
             (
                 t.trace.dropped > 0,
-                "lost events in the shim (its numbers undercount)",
+                "lost events in the shim (its numbers can be off either way: lost allocations count low, lost frees high)",
             ),
             (
                 t.trace.damaged_blocks > 0,
-                "has damaged blocks, skipped (its numbers undercount)",
+                "has damaged blocks, skipped (its numbers can be off either way: lost allocations count low, lost frees high)",
             ),
         ];
         for (_, why) in doubts.iter().filter(|(doubt, _)| *doubt) {

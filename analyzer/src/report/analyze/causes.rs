@@ -15,8 +15,7 @@ pub fn fold_growth(findings: Vec<Finding>) -> Vec<Finding> {
     let sites_on = |findings: &[Finding], at| -> u64 {
         (findings.iter())
             .filter(|f| f.heuristic == "site_still_growing" && row(f) == at)
-            .map(|f| f.bytes)
-            .sum()
+            .fold(0u64, |n, f| n.saturating_add(f.bytes))
     };
     let mut out: Vec<Finding> = Vec::with_capacity(findings.len());
     let mut folded: Vec<Finding> = Vec::new();

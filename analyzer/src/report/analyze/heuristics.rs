@@ -391,8 +391,8 @@ impl Analysis {
                 .iter()
                 .max_by(|(ka, a), (kb, b)| a.bytes.cmp(&b.bytes).then(kb.cmp(ka)))
                 .map(|((s, _), _)| *s);
-            let bytes: u64 = groups.values().map(|g| g.bytes).sum();
-            let count: u64 = groups.values().map(|g| g.count).sum();
+            let bytes = (groups.values()).fold(0u64, |n, g| n.saturating_add(g.bytes));
+            let count = (groups.values()).fold(0u64, |n, g| n.saturating_add(g.count));
             let besides = if growing_sites.is_empty() {
                 ""
             } else {
