@@ -177,6 +177,20 @@ fn the_static_cudart_way_through_the_resolver_is_seen_and_errors_pass_through() 
     assert_eq!(s["totals"]["live_bytes_at_end"], 9 * MIB);
 }
 
+/// A runtime that asks the resolver on every call (`bench_resolve`: cuMemAlloc, a function
+/// that is not hooked, cuMemFree, each round): every answer after the first comes from the
+/// resolver wrapper's cache, and every allocation and free is still seen.
+#[test]
+fn a_resolver_asked_on_every_call_still_substitutes_every_time() {
+    let dir = scratch("paths_resolve_per_call");
+    let run = run_profiled(&dir, "bench_resolve", &["500"], &[]);
+    ok(&run);
+    let (t, _) = tally(&run.trace);
+    // 1000 warm-up rounds and 500 timed ones.
+    assert_eq!(t.allocs, map(&[("cuMemAlloc_v2", (1500, 1500 * 4096))]));
+    assert_eq!(t.frees, map(&[("cuMemFree_v2", 1500)]));
+}
+
 /// (c) The TensorFlow/XLA way: dlopen(libcuda, RTLD_LOCAL) + dlsym(handle, "cuMemAlloc_v2").
 #[test]
 fn the_tensorflow_way_of_dlsym_on_a_local_handle_is_seen() {

@@ -318,19 +318,19 @@ fn leaks_are_grouped_by_stack_and_kind() {
     assert_eq!(
         strip(&g[0]),
         json!({"stack_id": 5, "kind": "device", "devices": [0, 1], "bytes": 6000, "count": 3,
-               "freed_at_exit_bytes": 0, "freed_at_exit_count": 0,
+               "freed_at_exit_bytes": 0, "freed_at_exit_count": 0, "before_damage_count": 0,
                "first_time_ns": 100, "last_time_ns": 500})
     );
     assert_eq!(
         strip(&g[1]),
         json!({"stack_id": 5, "kind": "managed", "devices": [0], "bytes": 500, "count": 1,
-               "freed_at_exit_bytes": 0, "freed_at_exit_count": 0,
+               "freed_at_exit_bytes": 0, "freed_at_exit_count": 0, "before_damage_count": 0,
                "first_time_ns": 300, "last_time_ns": 300})
     );
     assert_eq!(
         strip(&g[2]),
         json!({"stack_id": 6, "kind": "device", "devices": [0], "bytes": 10, "count": 1,
-               "freed_at_exit_bytes": 0, "freed_at_exit_count": 0,
+               "freed_at_exit_bytes": 0, "freed_at_exit_count": 0, "before_damage_count": 0,
                "first_time_ns": 700, "last_time_ns": 700})
     );
     assert_eq!(g[0]["frames"].as_array().map(Vec::len), Some(2));

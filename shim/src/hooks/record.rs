@@ -1,4 +1,5 @@
-//! What every hook shares: enter the thread's guard (or pass straight through), keep the
+//! What every hook shares: pass straight through when recording is off for good or the
+//! thread is already inside the shim, else enter the thread's guard, keep the
 //! caller's `errno`, never unwind into C, and build the event, with its stack, that goes
 //! to the writer. The allocation hooks (`hooked`, `hooked_free`) and the NVTX callbacks
 //! (`in_shim`) all come through `after_call`.
@@ -18,6 +19,9 @@ use std::mem::MaybeUninit;
 /// shim, `after(result, thread)` to record it.
 #[inline(always)]
 pub fn hooked<R: Copy>(call: impl FnOnce() -> R, after: impl FnOnce(R, &ThreadState)) -> R {
+    if session::passing_through() {
+        return call();
+    }
     let Some(guard) = Guard::enter() else {
         return call();
     };
@@ -33,6 +37,9 @@ pub fn hooked_free<R: Copy>(
     call: impl FnOnce() -> R,
     after: impl FnOnce(R, u64, &ThreadState),
 ) -> R {
+    if session::passing_through() {
+        return call();
+    }
     let Some(guard) = Guard::enter() else {
         return call();
     };
@@ -45,6 +52,9 @@ pub fn hooked_free<R: Copy>(
 /// Runs `f` inside the shim, unless this thread is already there (then nothing runs).
 #[inline(always)]
 pub fn in_shim(f: impl FnOnce(&ThreadState)) {
+    if session::passing_through() {
+        return;
+    }
     if let Some(guard) = Guard::enter() {
         after_call(guard, f);
     }

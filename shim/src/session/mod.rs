@@ -76,6 +76,14 @@ pub fn recording() -> Option<&'static Pipeline> {
     }
 }
 
+/// Whether every hook is a pure pass-through: recording is off for good in this process
+/// (`GPUMEMPROF_DISABLE`, no trace file, another copy of the shim records). The hooks ask
+/// this before they stamp the time or ask the device (one relaxed load).
+#[inline(always)]
+pub fn passing_through() -> bool {
+    STATE.load(Ordering::Relaxed) == DISABLED
+}
+
 /// The pipeline of a started session whose writer has not completed the trace yet: the
 /// one the exit and signal handlers must finish.
 fn unfinished() -> Option<&'static Pipeline> {
