@@ -983,6 +983,14 @@ fn check_flight_recorder(test: &str, env: &[(&str, &str)], ring: Option<usize>) 
         "{test}: the start line names the file once it exists:\n{}",
         run.stderr
     );
+    // What was live at the failure, whatever the ring held of it: 40 buffers.
+    assert!(
+        run.stderr.contains(&format!(
+            "to {path} (40 allocations live at the failure); recording goes on"
+        )),
+        "{test}:\n{}",
+        run.stderr
+    );
 
     let (_, records) = decode(&trace);
     let at = records

@@ -89,7 +89,11 @@ enum Command {
     Report(crate::cmd::report::Args),
     /// The trace for other tools: --format chrome (Perfetto), folded (speedscope), csv,
     /// telemetry (the older gpumemprof's TelemetryEvent v2 JSON lines), torch-snapshot
-    /// (PyTorch's memory snapshot pickle: pytorch.org/memory_viz, ptmem).
+    /// (PyTorch's memory snapshot pickle: pytorch.org/memory_viz, ptmem), parquet (tables
+    /// for DuckDB, Spark, Polars).
+    #[command(mut_arg("output", |a| a
+        .value_name("PATH")
+        .help("Where to write the output: a file (`-` for stdout, where the format is text), or for parquet a directory")))]
     Export(crate::cmd::export::Args),
     /// What changed between two traces, per call site: bytes at the peak and live at the
     /// end; new and gone sites.
@@ -200,10 +204,39 @@ fn usage_error(e: clap::Error) -> ! {
     e.exit()
 }
 
+/// Commands that show no stack: the global flags about how stacks read are left out of
+/// their help (accepted, and meaningless, there).
+const NO_STACKS: [&str; 5] = ["run", "timeline", "info", "summary", "track"];
+
+/// The command line's definition, with the stack flags out of the help of `NO_STACKS`:
+/// each of those gets hidden flags of the same names, which the global ones do not
+/// replace (they are still accepted there, and still mean nothing).
+fn command() -> clap::Command {
+    use clap::{Arg, ArgAction, CommandFactory};
+    let hidden = |id: &'static str, long: &'static str| {
+        Arg::new(id)
+            .long(long)
+            .action(ArgAction::SetTrue)
+            .hide(true)
+    };
+    let mut cmd = Cli::command();
+    for name in NO_STACKS {
+        cmd = cmd.mut_subcommand(name, |sub| {
+            sub.arg(hidden("native", "native"))
+                .arg(hidden("full_names", "full-names"))
+        });
+    }
+    cmd
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn run() -> ExitCode {
+    use clap::FromArgMatches;
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
-    let cli = match Cli::try_parse_from(normalized(std::env::args_os().collect())) {
+    let parsed = command()
+        .try_get_matches_from(normalized(std::env::args_os().collect()))
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
     };

@@ -890,3 +890,54 @@ fn two_concatenated_traces_are_not_read_as_one_process() {
         (&json!(1), &json!(100))
     );
 }
+
+/// The help says what each command takes: the flags about how stacks read only where
+/// stacks are shown, parquet among the exports, and a path (a directory for parquet) for
+/// `export -o`.
+#[test]
+fn help_shows_the_stack_flags_only_where_stacks_are_shown() {
+    let help = |args: &[&str]| {
+        let out = gpumemprof(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {:?}",
+            stderr_lines(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for cmd in ["run", "timeline", "info", "summary", "track"] {
+        let h = help(&[cmd, "--help"]);
+        assert!(
+            !h.contains("--native") && !h.contains("--full-names"),
+            "{cmd}: {h}"
+        );
+    }
+    for cmd in [
+        "peak",
+        "leaks",
+        "oom",
+        "flamegraph",
+        "report",
+        "export",
+        "analyze",
+    ] {
+        let h = help(&[cmd, "--help"]);
+        assert!(
+            h.contains("--native") && h.contains("--full-names"),
+            "{cmd}: {h}"
+        );
+    }
+    let top = help(&["--help"]);
+    let export = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("export"))
+        .unwrap();
+    assert!(
+        export.contains("parquet (tables for DuckDB, Spark, Polars)"),
+        "{export}"
+    );
+    let h = help(&["export", "--help"]);
+    assert!(h.contains("-o, --output <PATH>"), "{h}");
+    assert!(h.contains("or for parquet a directory"), "{h}");
+}

@@ -350,7 +350,7 @@ fn index_selects_the_transient_failure_and_its_retry() {
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--index 2: the trace has 2 kept out-of-memory failures (0 to 1)"));
+    assert!(err.contains("--index 2: the trace has 2 out-of-memory failures kept (0 to 1)"));
 }
 
 #[test]

@@ -370,8 +370,9 @@ impl WriterCore {
                 enc.nvtx_string(id, &text);
             }
         }
+        let (live, tensors) = r.live_at_end();
         let (base, ring) = r.take_dump();
-        let (n_base, n_ring) = (base.len(), ring.len());
+        let n_ring = ring.len();
         for p in base {
             self.put(p);
         }
@@ -379,8 +380,13 @@ impl WriterCore {
             self.put(p);
         }
         self.flush_block();
+        let tensors = if tensors > 0 {
+            format!(" and {} tensors", tensors)
+        } else {
+            String::new()
+        };
         say(&format!(
-            "out of memory: the flight recorder wrote {n_base} live allocations and the last {n_ring} events to {path}; recording goes on"
+            "out of memory: the flight recorder wrote the last {n_ring} events and what was live before them to {path} ({live} allocations{tensors} live at the failure); recording goes on"
         ));
         self.path = path.clone();
         self.new_path = Some(path);

@@ -61,31 +61,20 @@ impl Recorder {
     }
 
     fn apply(&mut self, p: Pending) {
-        match p {
-            Pending::Alloc(a) if a.address != 0 => {
-                self.base[a.kind.space()].insert(a.address, a);
-            }
-            Pending::Free(f) => {
-                let live = &mut self.base[f.kind.space()];
-                if f.flags & FREE_RANGE != 0 {
-                    let end = f.address.saturating_add(f.size);
-                    let mut at = f.address;
-                    while at < end {
-                        let Some(a) = live.remove(&at) else { break };
-                        at = at.saturating_add(a.size.max(1));
-                    }
-                } else {
-                    live.remove(&f.address);
-                }
-            }
-            Pending::Tensor(t) if t.delta > 0 => {
-                self.tensors.insert(t.address, *t);
-            }
-            Pending::Tensor(t) => {
-                self.tensors.remove(&t.address);
-            }
-            _ => {}
+        apply(&mut self.base, &mut self.tensors, &p);
+    }
+
+    /// What the dump replays to, counted: allocations of memory and framework tensors live
+    /// after the ring's last event (the base alone is only what was live before the ring).
+    pub fn live_at_end(&self) -> (usize, usize) {
+        let (mut base, mut tensors) = (self.base.clone(), self.tensors.clone());
+        for p in &self.ring {
+            apply(&mut base, &mut tensors, p);
         }
+        let memory = (base.iter().flat_map(|m| m.values()))
+            .filter(|a| a.kind.is_memory())
+            .count();
+        (memory, tensors.len())
     }
 
     /// What to write, in order: the base (allocations and tensors) sorted by time, then
@@ -103,6 +92,35 @@ impl Recorder {
             .collect();
         base.sort_by_key(Pending::time);
         (base, self.ring.drain(..).collect())
+    }
+}
+
+/// One event applied to the live allocations and tensors.
+fn apply(base: &mut [FxMap<u64, Alloc>; 3], tensors: &mut FxMap<u64, Tensor>, p: &Pending) {
+    match p {
+        Pending::Alloc(a) if a.address != 0 => {
+            base[a.kind.space()].insert(a.address, *a);
+        }
+        Pending::Free(f) => {
+            let live = &mut base[f.kind.space()];
+            if f.flags & FREE_RANGE != 0 {
+                let end = f.address.saturating_add(f.size);
+                let mut at = f.address;
+                while at < end {
+                    let Some(a) = live.remove(&at) else { break };
+                    at = at.saturating_add(a.size.max(1));
+                }
+            } else {
+                live.remove(&f.address);
+            }
+        }
+        Pending::Tensor(t) if t.delta > 0 => {
+            tensors.insert(t.address, **t);
+        }
+        Pending::Tensor(t) => {
+            tensors.remove(&t.address);
+        }
+        _ => {}
     }
 }
 

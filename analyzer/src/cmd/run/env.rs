@@ -23,7 +23,10 @@ use crate::report::framework::alloc_conf_items;
 /// The framework modes: what the profiled framework's allocator hands the hooks.
 #[derive(Debug, Clone, Default, Args)]
 pub struct Modes {
-    /// PyTorch's allocator (costs in docs/REPORTS.md, `run`).
+    /// PyTorch's allocator. Not needed for PyTorch 2.x: its tensors are recorded under the
+    /// caching allocator it runs, at the allocator's own entry point; only for a build
+    /// without that entry point (`summary` then says it sees segments). Costs in
+    /// docs/REPORTS.md, `run`.
     #[arg(long, value_enum, value_name = "MODE")]
     pub torch: Option<Torch>,
     /// JAX's allocator.
@@ -36,7 +39,8 @@ pub struct Modes {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Torch {
-    /// No change: the caching allocator's segments, not tensors.
+    /// No change (the default): the caching allocator as it is; its tensors are recorded
+    /// where PyTorch has the entry point (2.x), its segments always.
     Segments,
     /// backend:cudaMallocAsync: one allocation per tensor; PyTorch's own memory
     /// snapshots stop working.

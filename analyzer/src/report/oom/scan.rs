@@ -85,8 +85,12 @@ impl Scan {
                 "--index {i}: the trace has no out-of-memory failure"
             )),
             Some(i) => Err(format!(
-                "--index {i}: the trace has {} kept out-of-memory failures (0 to {})",
-                self.failures.len(),
+                "--index {i}: the trace has {} kept (0 to {})",
+                crate::units::plural(
+                    self.failures.len() as u64,
+                    "out-of-memory failure",
+                    "out-of-memory failures"
+                ),
                 self.failures.len() - 1
             )),
             None => Ok(self
