@@ -354,6 +354,90 @@ fn timeline_draws_svg_and_png() {
     let unknown = gpumemprof(&["timeline", path(&trace), "-o", path(&dir.join("t.gif"))]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("--format svg|png"));
+
+    // The device's size, read by the failed allocations (the simulated 1 GiB): far above
+    // the 11 MiB drawn, so named in the legend rather than drawn.
+    assert!(
+        texts.contains(&"device capacity 1.0 GiB (far above)"),
+        "{texts:#?}"
+    );
+}
+
+/// `--from`/`--to` zoom in: the buckets cover the window only, what was live at its start
+/// carried in (train_leak: the 64 MiB of weights when the first step starts), and the
+/// peak inside it is the trace's.
+#[test]
+fn a_timeline_window_starts_where_asked_with_what_was_live_then() {
+    let (dir, trace) = traced("views_timeline_window", "train_leak", &["20"]);
+    let (_, records) = decode(&trace);
+    let times: Vec<u64> = (records.iter())
+        .filter_map(|r| match r {
+            gpumemprof_format::Record::Alloc(a) => Some(a.time_ns),
+            _ => None,
+        })
+        .collect();
+    // Just before the first step's first allocation (the second of the trace).
+    let from_ns = times[1] - 1;
+    let summary = report("summary", &trace, &[]);
+    let peak_ns = summary["totals"]["peak_time_ns"].as_u64().unwrap();
+    let to_ns = peak_ns + 1;
+    let secs = |ns: u64| format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000);
+    let csv = dir.join("window.csv");
+    ok(&[
+        "export",
+        "--format",
+        "csv",
+        path(&trace),
+        "-o",
+        path(&csv),
+        "--from",
+        &secs(from_ns),
+        "--to",
+        &secs(to_ns),
+    ]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let all: Vec<Vec<u64>> = (text.lines().skip(1))
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[2] == "all")
+        .map(|r| {
+            [0, 1, 4, 5]
+                .iter()
+                .map(|&i| r[i].parse().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!((all[0][0], all[0][2]), (from_ns, 64 * MIB));
+    assert_eq!(all.iter().map(|r| r[3]).max(), Some(PEAK));
+    assert!(all.last().unwrap()[0] <= to_ns, "{:?}", all.last());
+    // The chart says the window.
+    let svg = dir.join("window.svg");
+    ok(&[
+        "timeline",
+        path(&trace),
+        "-o",
+        path(&svg),
+        "--from",
+        &secs(from_ns),
+        "--to",
+        &secs(to_ns),
+    ]);
+    let title = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        title.contains("highest 114.0 MiB from "),
+        "no window in the title"
+    );
+    let bad = gpumemprof(&[
+        "timeline",
+        path(&trace),
+        "-o",
+        path(&svg),
+        "-f",
+        "--from",
+        "2",
+        "--to",
+        "1",
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
 }
 
 #[test]

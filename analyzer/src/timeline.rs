@@ -109,6 +109,9 @@ pub struct Series {
     pub buckets: Vec<Option<Bucket>>,
     /// The current value (live series) or the last sample (NVML).
     current: u64,
+    /// The value carried into the first bucket: what the series held when a window
+    /// opened (0 without one).
+    initial: u64,
 }
 
 impl Series {
@@ -117,7 +120,14 @@ impl Series {
             key,
             buckets: Vec::new(),
             current: 0,
+            initial: 0,
         }
+    }
+
+    /// A value before the window opens: carried into it, not drawn.
+    fn before(&mut self, value: u64) {
+        self.current = value;
+        self.initial = value;
     }
 
     /// Records `value` at `time_ns`, in bucket `index`.
@@ -168,10 +178,10 @@ impl Series {
     }
 
     /// Buckets with every gap of a live series filled with the value carried through it
-    /// (NVML gaps stay `None`), up to `len` buckets of `width_ns`.
-    pub fn filled(&self, width_ns: u64, len: usize) -> Vec<Option<Bucket>> {
+    /// (NVML gaps stay `None`), up to `len` buckets of `width_ns` from `origin_ns`.
+    pub fn filled(&self, origin_ns: u64, width_ns: u64, len: usize) -> Vec<Option<Bucket>> {
         let mut out = Vec::with_capacity(len);
-        let mut carry = 0;
+        let mut carry = self.initial;
         for i in 0..len {
             let b = self.buckets.get(i).copied().flatten();
             match (b, self.key) {
@@ -180,7 +190,10 @@ impl Series {
                     out.push(Some(b));
                 }
                 (None, SeriesKey::Nvml(_)) => out.push(None),
-                (None, _) => out.push(Some(Bucket::at(carry, (i as u64).saturating_mul(width_ns)))),
+                (None, _) => out.push(Some(Bucket::at(
+                    carry,
+                    origin_ns.saturating_add((i as u64).saturating_mul(width_ns)),
+                ))),
             }
         }
         out
@@ -232,6 +245,8 @@ pub struct KindSeries {
 /// Everything a timeline view draws.
 #[derive(Debug, Clone)]
 pub struct Timeline {
+    /// Where bucket 0 starts (ns since the trace started): 0, or the start of a window.
+    pub origin_ns: u64,
     /// Bucket width, ns.
     pub width_ns: u64,
     /// Buckets in use (the longest series).
@@ -273,15 +288,25 @@ impl Timeline {
         d
     }
 
-    /// Start of bucket `i`, ns.
+    /// Start of bucket `i`, ns since the trace started.
     pub fn start_ns(&self, i: usize) -> u64 {
-        (i as u64).saturating_mul(self.width_ns)
+        self.origin_ns
+            .saturating_add((i as u64).saturating_mul(self.width_ns))
+    }
+
+    /// `s`'s buckets with every gap of a live series filled (`Series::filled`).
+    pub fn filled(&self, s: &Series) -> Vec<Option<Bucket>> {
+        s.filled(self.origin_ns, self.width_ns, self.len)
     }
 }
 
 /// Builds a `Timeline` while the replay pass runs.
 #[derive(Debug)]
 pub struct TimelineBuilder {
+    /// The window: from `origin_ns` (what came before is carried in, not drawn) up to
+    /// `until_ns` (what comes after is left out).
+    origin_ns: u64,
+    until_ns: Option<u64>,
     width_ns: u64,
     series: Vec<Series>,
     /// Latest event time so far: a record that arrives a little out of order (from another
@@ -296,6 +321,8 @@ pub struct TimelineBuilder {
 impl Default for TimelineBuilder {
     fn default() -> Self {
         TimelineBuilder {
+            origin_ns: 0,
+            until_ns: None,
             width_ns: FIRST_WIDTH_NS,
             series: vec![Series::new(SeriesKey::Total)],
             now_ns: 0,
@@ -312,8 +339,25 @@ impl TimelineBuilder {
         Self::default()
     }
 
-    /// The bucket of `time_ns`, widening the grid until it fits.
+    /// A timeline of the window from `from_ns` to `to_ns` (ns since the trace started):
+    /// its grid starts at `from_ns`, what was live then is carried in, and nothing after
+    /// `to_ns` is drawn.
+    pub fn window(from_ns: Option<u64>, to_ns: Option<u64>) -> Self {
+        TimelineBuilder {
+            origin_ns: from_ns.unwrap_or(0),
+            until_ns: to_ns,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `time_ns` is past the window's end.
+    fn after(&self, time_ns: u64) -> bool {
+        self.until_ns.is_some_and(|to| time_ns > to)
+    }
+
+    /// The bucket of `time_ns` (at or after the origin), widening the grid until it fits.
     fn index(&mut self, time_ns: u64) -> usize {
+        let time_ns = time_ns.saturating_sub(self.origin_ns);
         while time_ns / self.width_ns >= MAX_BUCKETS as u64 {
             for s in &mut self.series {
                 s.halve();
@@ -324,8 +368,9 @@ impl TimelineBuilder {
     }
 
     fn set(&mut self, key: SeriesKey, time_ns: u64, value: u64) {
-        let index = self.index(time_ns);
-        let start = index as u64 * self.width_ns;
+        if self.after(time_ns) {
+            return;
+        }
         let position = match self.series.iter().position(|s| s.key == key) {
             Some(p) => p,
             None => {
@@ -333,6 +378,15 @@ impl TimelineBuilder {
                 self.series.len() - 1
             }
         };
+        if time_ns < self.origin_ns {
+            // Before the window: carried in (an NVML sample says nothing about later).
+            if !matches!(key, SeriesKey::Nvml(_)) {
+                self.series[position].before(value);
+            }
+            return;
+        }
+        let index = self.index(time_ns);
+        let start = self.origin_ns + index as u64 * self.width_ns;
         self.series[position].set(index, time_ns, start, value);
     }
 
@@ -382,7 +436,9 @@ impl TimelineBuilder {
             .max()
             .unwrap_or(0);
         self.device_totals.sort_unstable();
+        let end_ns = self.until_ns.map_or(self.end_ns, |to| self.end_ns.min(to));
         Timeline {
+            origin_ns: self.origin_ns,
             width_ns: self.width_ns,
             len,
             series: self.series,
@@ -391,7 +447,7 @@ impl TimelineBuilder {
             device_totals: self.device_totals,
             marks: Vec::new(),
             ranges: Vec::new(),
-            end_ns: self.end_ns,
+            end_ns: end_ns.max(self.origin_ns),
             kinds: Vec::new(),
         }
     }
@@ -405,7 +461,8 @@ impl Observer for TimelineBuilder {
             Record::Tensor(t) => self.now_ns = self.now_ns.max(t.time_ns),
             Record::AllocFailed(f) => {
                 self.now_ns = self.now_ns.max(f.time_ns);
-                if f.result == OUT_OF_MEMORY {
+                let inside = f.time_ns >= self.origin_ns && !self.after(f.time_ns);
+                if f.result == OUT_OF_MEMORY && inside {
                     self.oom_count += 1;
                     if self.ooms.len() < MAX_KEPT_FAILURES {
                         self.ooms.push(OomEvent {
@@ -516,7 +573,7 @@ mod tests {
         );
         // The gap holds the carried value.
         assert_eq!(
-            total.filled(t.width_ns, 3)[1].map(|b| (b.min, b.max)),
+            total.filled(0, t.width_ns, 3)[1].map(|b| (b.min, b.max)),
             Some((5, 5))
         );
     }
@@ -599,6 +656,38 @@ mod tests {
             s.buckets[5].map(|b| (b.max, b.max_time_ns)),
             Some((512, 5_500))
         );
+    }
+
+    #[test]
+    fn a_window_starts_its_grid_at_its_start_with_the_value_then_carried_in() {
+        let mut b = TimelineBuilder::window(Some(10_000), Some(20_000));
+        for (t, size, added) in [
+            (1_000, 8, true),    // before: carried in
+            (5_000, 2, true),    // before: carried in (10 then)
+            (12_500, 4, true),   // inside: bucket 2 of the window's 1 µs grid
+            (15_000, 10, false), // inside
+            (25_000, 100, true), // after: left out
+        ] {
+            b.now_ns = t;
+            let a = live(0, D, size);
+            let change = if added {
+                LiveChange::Added(a)
+            } else {
+                LiveChange::Released(a)
+            };
+            b.changes(t, &[change]);
+        }
+        let t = b.finish();
+        assert_eq!(
+            (t.origin_ns, t.start_ns(0), t.start_ns(2)),
+            (10_000, 10_000, 12_000)
+        );
+        let s = t.series(SeriesKey::Live(0, D)).unwrap();
+        let maxima: Vec<Option<u64>> = t.filled(s).iter().map(|b| b.map(|b| b.max)).collect();
+        // 10 carried in; 14 from 12.5 µs; 4 from 15 µs; nothing from after the window.
+        assert_eq!(maxima, [10, 10, 14, 14, 14, 14].map(Some));
+        assert_eq!(t.filled(s)[5].map(|b| b.last), Some(4));
+        assert_eq!(s.max(), 14);
     }
 
     #[test]

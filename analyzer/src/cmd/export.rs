@@ -66,11 +66,12 @@ pub struct Args {
     /// For `folded`: frames innermost first after the root (see `flamegraph --inverted`).
     #[arg(long)]
     pub inverted: bool,
-    /// For `telemetry` and `torch-snapshot`: only events from this time on, in seconds
-    /// since the trace started.
+    /// For `telemetry`, `torch-snapshot` and `csv`: only events from this time on, in
+    /// seconds since the trace started (`csv`: its buckets start there, what was live then
+    /// carried in).
     #[arg(long, value_name = "SECONDS", value_parser = super::parse_seconds)]
     pub from: Option<u64>,
-    /// For `telemetry` and `torch-snapshot`: only events up to this time (for
+    /// For `telemetry`, `torch-snapshot` and `csv`: only events up to this time (for
     /// `torch-snapshot`, the snapshot is taken then: its segments are what was live then).
     #[arg(long, value_name = "SECONDS", value_parser = super::parse_seconds)]
     pub to: Option<u64>,
@@ -102,10 +103,11 @@ pub fn run(args: &Args) -> Result<(), Error> {
         ));
     }
     let windowed = matches!(args.format, Format::Telemetry | Format::TorchSnapshot);
-    if !windowed && (args.from.is_some() || args.to.is_some() || args.last.is_some()) {
+    let timed = windowed || args.format == Format::Csv;
+    if !timed && (args.from.is_some() || args.to.is_some()) || !windowed && args.last.is_some() {
         return Err(Error::Failed(
-            "--from, --to and --last choose the events of --format telemetry and \
-             torch-snapshot; leave them out for other formats"
+            "--from and --to choose the events of --format telemetry, torch-snapshot and csv, \
+             --last those of telemetry and torch-snapshot; leave them out for other formats"
                 .to_string(),
         ));
     }
@@ -184,7 +186,7 @@ fn one_trace(args: &Args, trace: &Path) -> Result<(), Error> {
             ));
         }
         Format::Csv => {
-            let mut builder = TimelineBuilder::new();
+            let mut builder = TimelineBuilder::window(args.from, args.to);
             let loaded = load(trace, &mut [&mut builder])?;
             let mut t = builder.finish();
             let mut sym = Symbolizer::of(&loaded);

@@ -27,6 +27,13 @@ pub struct Args {
     /// Image format (default: from FILE's extension, .svg or .png).
     #[arg(long, value_enum)]
     pub format: Option<ImageFormat>,
+    /// Draw from this time on, in seconds since the trace started (zoom in: the buckets
+    /// then cover only the window, what was live at its start carried in).
+    #[arg(long, value_name = "SECONDS", value_parser = super::parse_seconds)]
+    pub from: Option<u64>,
+    /// Draw up to this time, in seconds since the trace started.
+    #[arg(long, value_name = "SECONDS", value_parser = super::parse_seconds)]
+    pub to: Option<u64>,
 }
 
 pub fn run(args: &Args) -> Result<(), Error> {
@@ -37,8 +44,17 @@ pub fn run(args: &Args) -> Result<(), Error> {
     if format == ImageFormat::Png {
         args.output.require_file("a PNG image")?;
     }
+    if let (Some(from), Some(to)) = (args.from, args.to) {
+        if from >= to {
+            return Err(Error::Failed(format!(
+                "--from {} is not before --to {}: give a window that starts before it ends",
+                units::secs(from),
+                units::secs(to)
+            )));
+        }
+    }
     args.output.check(&args.trace)?;
-    let mut builder = TimelineBuilder::new();
+    let mut builder = TimelineBuilder::window(args.from, args.to);
     let loaded = load(&args.trace, &mut [&mut builder])?;
     let mut t = builder.finish();
     let mut sym = crate::symbolize::Symbolizer::of(&loaded);
@@ -52,8 +68,8 @@ pub fn run(args: &Args) -> Result<(), Error> {
     .map_err(Error::Failed)?;
     args.output.write(&bytes)?;
     args.output.done(&format!(
-        "timeline of {} in {} buckets of {} ns",
-        units::secs(t.end_ns),
+        "timeline {} in {} buckets of {} ns",
+        span(&t),
         t.len,
         t.width_ns
     ));
@@ -83,9 +99,22 @@ pub fn title(info: &TraceInfo, t: &Timeline) -> String {
     let pid = info.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
     let peak = t.series(SeriesKey::Total).map_or(0, |s| s.max());
     format!(
-        "GPU memory of {} (pid {pid}): highest {} over {}",
+        "GPU memory of {} (pid {pid}): highest {} {}",
         super::program(&info.argv),
         units::bytes(peak),
-        units::secs(t.end_ns)
+        span(t)
     )
+}
+
+/// `over 1.234 s`, or for a window `from 7.200 ms to 7.600 ms`.
+fn span(t: &Timeline) -> String {
+    if t.origin_ns == 0 {
+        format!("over {}", units::secs(t.end_ns))
+    } else {
+        format!(
+            "from {} to {}",
+            units::secs(t.origin_ns),
+            units::secs(t.end_ns)
+        )
+    }
 }

@@ -17,7 +17,7 @@ pub fn csv(t: &Timeline) -> String {
     let filled: Vec<_> = t
         .series
         .iter()
-        .map(|s| (s.key.columns(), s.filled(t.width_ns, t.len)))
+        .map(|s| (s.key.columns(), t.filled(s)))
         .collect();
     let mut out = String::with_capacity(64 * t.len * filled.len().max(1));
     out.push_str(HEADER);

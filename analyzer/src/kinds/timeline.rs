@@ -108,6 +108,8 @@ impl Device {
 /// The second pass's observer.
 struct Builder<'a, 'f> {
     decider: &'a Decider<'f>,
+    /// The grid: its origin (changes before it are carried in) and bucket width.
+    origin_ns: u64,
     width_ns: u64,
     devices: Vec<Device>,
     /// As the timeline places changes: at the latest time seen.
@@ -143,7 +145,9 @@ impl Observer for Builder<'_, '_> {
         let Some((tid, stack, run)) = self.applying else {
             return;
         };
-        let bucket = (self.now_ns / self.width_ns.max(1)) as usize;
+        // Before the window: values and lives are carried in, no moment is met.
+        let bucket = (self.now_ns >= self.origin_ns)
+            .then(|| ((self.now_ns - self.origin_ns) / self.width_ns.max(1)) as usize);
         for change in changes {
             let (LiveChange::Added(a) | LiveChange::Released(a)) = *change;
             if a.kind != MemKind::Tensor {
@@ -152,7 +156,9 @@ impl Observer for Builder<'_, '_> {
             let Some(d) = self.devices.iter_mut().find(|d| d.device == a.device) else {
                 continue;
             };
-            d.reach(bucket);
+            if let Some(bucket) = bucket {
+                d.reach(bucket);
+            }
             match *change {
                 LiveChange::Added(a) => {
                     d.value = d.value.saturating_add(a.size);
@@ -174,7 +180,9 @@ impl Observer for Builder<'_, '_> {
                     }
                 }
             }
-            d.after_change(bucket);
+            if let Some(bucket) = bucket {
+                d.after_change(bucket);
+            }
         }
     }
 }
@@ -189,7 +197,7 @@ pub fn series(path: &Path, loaded: &Loaded, t: &Timeline, decider: &Decider) -> 
         .filter(|a| a.framework == gpumemprof_format::FRAMEWORK_PYTORCH)
         .filter_map(|a| {
             let s = t.series(SeriesKey::Live(a.device, MemKind::Tensor))?;
-            let highest: Vec<u64> = (s.filled(t.width_ns, t.len).iter())
+            let highest: Vec<u64> = (t.filled(s).iter())
                 .map(|b| b.map_or(0, |b| b.max))
                 .collect();
             Some(Device {
@@ -209,6 +217,7 @@ pub fn series(path: &Path, loaded: &Loaded, t: &Timeline, decider: &Decider) -> 
     }
     let mut builder = Builder {
         decider,
+        origin_ns: t.origin_ns,
         width_ns: t.width_ns,
         devices,
         now_ns: 0,

@@ -33,6 +33,19 @@ const OOM_RED: RGBColor = RGBColor(214, 39, 40);
 const NVML_GREY: RGBColor = RGBColor(90, 90, 90);
 const MARK_GREY: RGBColor = RGBColor(150, 150, 150);
 const RANGE_FILL: RGBColor = RGBColor(255, 221, 120);
+const CAPACITY_RED: RGBColor = RGBColor(200, 80, 80);
+
+/// A device's memory size as the trace knows it: NVML's, else the largest a failed
+/// allocation read.
+fn capacity_of(t: &Timeline, device: i32) -> Option<u64> {
+    let nvml = (t.device_totals.iter())
+        .find(|(d, _)| *d == device)
+        .map(|(_, c)| *c);
+    let failed = (t.ooms.iter().filter(|o| o.device == device))
+        .map(|o| o.mem_total)
+        .max();
+    nvml.or(failed).filter(|&c| c > 0)
+}
 
 fn kind_color(kind: MemKind) -> RGBColor {
     match kind {
@@ -179,7 +192,12 @@ fn draw<DB: DrawingBackend>(
 
 /// Seconds to show on the x axis (never 0 wide).
 fn x_end(t: &Timeline) -> f64 {
-    (t.end_ns.max(1_000) as f64) / 1e9
+    (t.end_ns.max(t.origin_ns.saturating_add(1_000)) as f64) / 1e9
+}
+
+/// Seconds where the x axis starts: 0, or the start of a window.
+fn x_start(t: &Timeline) -> f64 {
+    t.origin_ns as f64 / 1e9
 }
 
 fn duration(ns: u64) -> String {
@@ -218,12 +236,13 @@ const PLOT_PX: f64 = (WIDTH - 12 - 24 - 72) as f64;
 /// sits left of its line (when it would run past the right edge `x_end`). A label takes
 /// the first row where it does not overlap the labels already there, else the row whose
 /// last label ends first.
-fn place_labels(labels: &[(f64, String)], x_end: f64) -> Vec<(usize, bool)> {
+fn place_labels(labels: &[(f64, String)], x_start: f64, x_end: f64) -> Vec<(usize, bool)> {
     let mut ends = [f64::NEG_INFINITY; LABEL_ROWS];
     labels
         .iter()
         .map(|(x, text)| {
-            let width = text.chars().count() as f64 * LABEL_CHAR_PX / PLOT_PX * x_end;
+            let span = x_end - x_start;
+            let width = text.chars().count() as f64 * LABEL_CHAR_PX / PLOT_PX * span;
             let left = x + width > x_end;
             let (start, end) = if left {
                 (x - width, *x)
@@ -259,10 +278,15 @@ fn draw_panel<DB: DrawingBackend>(
         })
         .collect();
     let max = live.iter().map(|s| s.max()).max().unwrap_or(0).max(1);
-    let (unit, scale) = unit_for(max);
+    // The device's capacity (NVML's, else what a failed allocation read): drawn when it
+    // is within 4 times the highest value, else named in the legend only.
+    let capacity = device.and_then(|d| capacity_of(t, d));
+    let drawn = capacity.filter(|&c| c <= max.saturating_mul(4));
+    let top = drawn.map_or(max, |c| c.max(max));
+    let (unit, scale) = unit_for(top);
     // Headroom above the highest value for the failure and mark labels.
-    let y_end = max as f64 / scale * 1.15;
-    let x_end = x_end(t);
+    let y_end = top as f64 / scale * 1.15;
+    let (x_start, x_end) = (x_start(t), x_end(t));
     let kinds = device.and_then(|d| t.kinds.iter().find(|k| k.device == d));
     // The kinds of memory get a legend row of their own.
     let rows = if kinds.is_some() { 2 } else { 1 };
@@ -273,8 +297,9 @@ fn draw_panel<DB: DrawingBackend>(
         .margin_bottom(8)
         .x_label_area_size(36)
         .y_label_area_size(72)
-        .build_cartesian_2d(0f64..x_end, 0f64..y_end)?;
-    let x_decimals = decimals(x_end);
+        .build_cartesian_2d(x_start..x_end, 0f64..y_end)?;
+    // Enough decimals to tell the ticks of a narrow window apart.
+    let x_decimals = decimals(x_end - x_start).max(decimals(x_end));
     let y_decimals = decimals(y_end);
     chart
         .configure_mesh()
@@ -306,8 +331,30 @@ fn draw_panel<DB: DrawingBackend>(
     if let Some(kinds) = kinds {
         draw_kinds(&mut chart, t, kinds, scale, &mut kinds_legend)?;
     }
+    match (capacity, drawn) {
+        (Some(c), Some(_)) => {
+            let y = c as f64 / scale;
+            chart.draw_series(DashedLineSeries::new(
+                vec![(x_start, y), (x_end, y)],
+                8,
+                5,
+                ShapeStyle::from(&CAPACITY_RED).stroke_width(1),
+            ))?;
+            legend.push((
+                CAPACITY_RED,
+                format!("device capacity {}", units::bytes(c)),
+                true,
+            ));
+        }
+        (Some(c), None) => legend.push((
+            CAPACITY_RED,
+            format!("device capacity {} (far above)", units::bytes(c)),
+            true,
+        )),
+        _ => {}
+    }
     for s in &live {
-        let buckets = s.filled(t.width_ns, t.len);
+        let buckets = t.filled(s);
         let at = |i: usize| secs(t.start_ns(i)).min(x_end);
         let (color, label) = match s.key {
             SeriesKey::Total => (BLACK, "all memory".to_string()),
@@ -385,7 +432,7 @@ fn draw_panel<DB: DrawingBackend>(
         .iter()
         .map(|o| (secs(o.time_ns), format!(" OOM {} ", units::bytes(o.size))))
         .collect();
-    let places = place_labels(&labels, x_end);
+    let places = place_labels(&labels, x_start, x_end);
     for (n, (x, text)) in labels.iter().enumerate() {
         chart.draw_series(std::iter::once(PathElement::new(
             vec![(*x, 0.0), (*x, y_end)],
@@ -537,10 +584,10 @@ mod tests {
     fn labels_near_the_right_edge_sit_left_and_close_ones_take_other_rows() {
         let label = |x: f64| (x, " OOM 256.0 MiB ".to_string());
         // 15 characters are about 1/13 of the plot: 0.75 s of a 10 s axis.
-        let p = super::place_labels(&[label(1.0), label(1.2), label(3.0), label(9.8)], 10.0);
+        let p = super::place_labels(&[label(1.0), label(1.2), label(3.0), label(9.8)], 0.0, 10.0);
         assert_eq!(p, vec![(0, false), (1, false), (0, false), (0, true)]);
         // Five at once: four rows, then the one that ends first.
-        let p = super::place_labels(&vec![label(1.0); 5], 10.0);
+        let p = super::place_labels(&vec![label(1.0); 5], 0.0, 10.0);
         assert_eq!(
             p.iter().map(|r| r.0).collect::<Vec<_>>(),
             vec![0, 1, 2, 3, 0]
