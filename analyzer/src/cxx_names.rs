@@ -46,6 +46,31 @@ pub fn shown(name: String) -> String {
     format!("{start}…{last}")
 }
 
+/// `name` split before its last `keep` components (at `::` outside template arguments and
+/// parentheses): (`c10::cuda::CUDACachingAllocator::Native`, `DeviceCachingAllocator::malloc`)
+/// for 2; `None` when it has no more than `keep`.
+pub fn split_last(name: &str, keep: usize) -> Option<(&str, &str)> {
+    let b = name.as_bytes();
+    let mut depth = 0usize;
+    let mut cuts = Vec::new();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        match b[i] {
+            b'<' if !is_operator(&name[..i]) => depth += 1,
+            b'(' => depth += 1,
+            b'>' | b')' if depth > 0 && !name[..i].ends_with("operator-") => depth -= 1,
+            b':' if depth == 0 && b[i + 1] == b':' => {
+                cuts.push(i);
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let at = *cuts.get(cuts.len().checked_sub(keep)?)?;
+    Some((&name[..at], &name[at + 2..]))
+}
+
 /// `name` with every outermost template argument list read as `<…>`.
 fn elide_templates(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
@@ -109,6 +134,24 @@ fn params_start(name: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_components_split_off_outside_templates_and_parentheses() {
+        let n = "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc";
+        assert_eq!(
+            split_last(n, 2),
+            Some((
+                "c10::cuda::CUDACachingAllocator::Native",
+                "DeviceCachingAllocator::malloc"
+            ))
+        );
+        assert_eq!(
+            split_last("at::(anonymous namespace)::Thing<std::vector<int>>::run", 2),
+            Some(("at::(anonymous namespace)", "Thing<std::vector<int>>::run"))
+        );
+        assert_eq!(split_last("Class::method", 2), None);
+        assert_eq!(split_last("main", 2), None);
+    }
 
     fn short(n: &str) -> String {
         match params_start(n) {

@@ -22,8 +22,22 @@ pub fn root_label(device: i32, kind: MemKind) -> String {
     format!("[GPU {} {}]", units::device(device), kind.name())
 }
 
-/// One frame as a flamegraph box: `train_step (train.c:42)`, `libfoo.so+0x1a2b`.
+/// One frame as a flamegraph box: `train_step (train.c:42)`, `libfoo.so+0x1a2b`; a C++
+/// name of more than two components reads with its last two first and the namespace after
+/// (`DeviceCachingAllocator::malloc in c10::cuda::CUDACachingAllocator::Native`): a box too
+/// narrow for the whole label shows its start, which is then the function.
 pub fn frame_label(f: &Frame) -> String {
+    let mut s = frame_text(f);
+    if let Some(func) = f.function.as_deref().filter(|_| !f.python) {
+        if let Some((namespace, last)) = crate::cxx_names::split_last(func, 2) {
+            s = format!("{last}{} in {namespace}", &s[func.len()..]);
+        }
+    }
+    s
+}
+
+/// `frame_label` before the C++ name is reordered.
+fn frame_text(f: &Frame) -> String {
     let file_name = |p: &str| {
         Path::new(p)
             .file_name()
@@ -168,6 +182,15 @@ mod tests {
             "step (train.c:42)"
         );
         assert_eq!(frame_label(&frame(Some("f"), None, None)), "f");
+        // A long C++ name: the box shows the function first.
+        assert_eq!(
+            frame_label(&frame(
+                Some("c10::cuda::Alloc::Native::Device::malloc"),
+                Some("/s/a.cpp"),
+                Some(3)
+            )),
+            "Device::malloc (a.cpp:3) in c10::cuda::Alloc::Native"
+        );
         assert_eq!(frame_label(&frame(None, None, None)), "libfoo.so+0x34");
         assert_eq!(
             frame_label(&frame(Some("operator;\nx"), None, None)),

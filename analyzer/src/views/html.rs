@@ -70,7 +70,10 @@ tr.total td { font-weight:650; }
 ol.frames { margin:0; padding-left:18px; font:12px/1.4 ui-monospace,"DejaVu Sans Mono",monospace; }
 ol.frames li.inlined { color:var(--muted); }
 details.more summary { cursor:pointer; color:var(--accent); font-size:12px; padding-left:18px; }
+.figure { overflow-x:auto; }
 .figure svg { width:100%; height:auto; display:block; }
+/* The chart's text is sized for its 1400 pixels: never shrunk below legible, scrolled instead. */
+.figure.chart svg { min-width:1150px; }
 .flame text { font-family:Verdana,"DejaVu Sans",sans-serif; font-size:12px; }
 .flame [id$="-title"] { text-anchor:middle; font-size:17px; }
 .flame [id$="-subtitle"] { text-anchor:middle; fill:#5b6577; }
@@ -116,9 +119,11 @@ pub fn render(p: &Page) -> String {
     let _ = write!(
         h,
         "<section id=\"timeline\"><h2>Timeline</h2>\
-         <p class=\"note\">Live bytes over time per device and memory kind; dashed: what NVML \
-         measured for the process (when the trace has samples); red lines: allocations that \
-         failed for lack of memory.</p><div class=\"figure\">{}</div></section>",
+         <p class=\"note\">Live bytes over time per device and memory kind (a PyTorch job's \
+         tensors stacked by kind of memory); dashed: what NVML measured for the process (when \
+         the trace has samples) and the device's capacity; red lines: allocations that failed \
+         for lack of memory. <code>gpumemprof timeline TRACE -o t.svg --from S --to S</code> \
+         zooms in.</p><div class=\"figure chart\">{}</div></section>",
         p.timeline_svg
     );
     let _ = write!(
