@@ -631,3 +631,40 @@ fn rough_edges_of_the_command_line() {
         summary["totals"]["peak_time_ns"]
     );
 }
+
+/// On an 80-column terminal (`script` gives the command one), text fits: no line is wider,
+/// and summary's table keeps its numbers in fewer columns. Through a pipe, the same report
+/// is as wide as it was written.
+#[test]
+fn text_on_a_terminal_fits_its_width() {
+    let (_, trace) = traced("views_terminal_width", "train_leak", &["20"]);
+    let command = format!(
+        "{} summary {}",
+        gpumemprof_tests::analyzer_path().display(),
+        path(&trace)
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("COLUMNS", "80")
+        .output()
+        .expect("script(1), from util-linux, runs the report on a terminal");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+    }
+    assert!(
+        text.contains("device  kind                    allocs        peak    live@end  failed\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("     0  device                     101   114.0 MiB    20.0 MiB       0\n")
+    );
+    let piped = ok(&["summary", path(&trace)]);
+    let piped = String::from_utf8_lossy(&piped.stdout);
+    assert!(piped.lines().any(|l| l.chars().count() > 100), "{piped}");
+}

@@ -13,6 +13,7 @@ pub mod cxx_names;
 pub mod error;
 pub mod export;
 pub mod fasthash;
+pub mod fit;
 pub mod glue;
 pub mod input;
 pub mod kinds;

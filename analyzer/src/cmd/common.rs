@@ -17,7 +17,12 @@ pub fn emit<T: Serialize>(
 ) -> Result<(), Error> {
     let stdout = io::stdout();
     let choice = anstream::AutoStream::choice(&stdout);
-    let mut out = BufWriter::new(anstream::AutoStream::new(stdout.lock(), choice));
+    let out = BufWriter::new(anstream::AutoStream::new(stdout.lock(), choice));
+    // Text on a terminal fits its width (`fit`); JSON, files and pipes as written.
+    let mut out: Box<dyn Write> = match crate::fit::terminal_width().filter(|_| !json) {
+        Some(width) => Box::new(crate::fit::Fit::new(out, width)),
+        None => Box::new(out),
+    };
     let written = if json {
         serde_json::to_writer_pretty(&mut out, report)
             .map_err(io::Error::from)

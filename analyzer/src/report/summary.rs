@@ -255,21 +255,29 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
     if report.rows.is_empty() {
         writeln!(out, "no allocations recorded")?;
     } else {
-        writeln!(
-            out,
-            "{:>6}  {:<19}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
-            "device",
-            "kind",
-            "allocs",
-            "frees",
-            "allocated",
-            "freed",
-            "peak",
-            "peak at",
-            "live@end",
-            "(count)",
-            "failed"
-        )?;
+        if narrow() {
+            writeln!(
+                out,
+                "{:>6}  {:<19}  {:>9}  {:>10}  {:>10}  {:>6}",
+                "device", "kind", "allocs", "peak", "live@end", "failed"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:>6}  {:<19}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
+                "device",
+                "kind",
+                "allocs",
+                "frees",
+                "allocated",
+                "freed",
+                "peak",
+                "peak at",
+                "live@end",
+                "(count)",
+                "failed"
+            )?;
+        }
         for row in &report.rows {
             line(out, &units::device(row.device), row.kind, &row.counts)?;
         }
@@ -379,7 +387,25 @@ fn allocator_line(a: &AllocatorRow) -> String {
     s
 }
 
+/// The full table is 125 columns: on a narrower terminal, the columns that matter most
+/// (the JSON has them all).
+fn narrow() -> bool {
+    crate::fit::width().is_some_and(|w| w < 125)
+}
+
 fn line(out: &mut dyn Write, device: &str, kind: &str, c: &Counts) -> io::Result<()> {
+    if narrow() {
+        return writeln!(
+            out,
+            "{:>6}  {:<19}  {:>9}  {:>10}  {:>10}  {:>6}",
+            device,
+            kind,
+            c.allocations,
+            units::bytes(c.peak_bytes),
+            units::bytes(c.live_bytes_at_end),
+            c.failed_allocations
+        );
+    }
     writeln!(
         out,
         "{:>6}  {:<19}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>9}  {:>10}  {:>7}  {:>6}",
