@@ -161,8 +161,15 @@ impl<R> Drop for Progress<R> {
 
 /// Creates `path` for writing; an existing file is replaced only with `force` (`-f`).
 pub fn create_output(path: &Path, force: bool) -> Result<File, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut options = OpenOptions::new();
-    options.write(true);
+    // Readable by the user only, as the trace is: a report carries the same command
+    // line, paths and host; and never through a symbolic link (with `-f`, one planted
+    // in a shared folder would have us overwrite whatever it points at).
+    options
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW);
     if force {
         options.create(true).truncate(true);
     } else {
@@ -172,6 +179,12 @@ pub fn create_output(path: &Path, force: bool) -> Result<File, Error> {
         if source.kind() == io::ErrorKind::AlreadyExists {
             Error::Failed(format!(
                 "{}: already exists; pass -f to overwrite it, or choose another path",
+                path.display()
+            ))
+        } else if source.raw_os_error() == Some(libc::ELOOP) {
+            Error::Failed(format!(
+                "{}: is a symbolic link, which gpumemprof never writes through: remove it or \
+                 choose another path",
                 path.display()
             ))
         } else {

@@ -941,3 +941,47 @@ fn help_shows_the_stack_flags_only_where_stacks_are_shown() {
     assert!(h.contains("-o, --output <PATH>"), "{h}");
     assert!(h.contains("or for parquet a directory"), "{h}");
 }
+
+/// Outputs are readable by the user only (as the trace: they carry its command line and
+/// paths), and never written through a symbolic link, `-f` or not: a link planted where a
+/// report goes would have it overwrite what the link points at.
+#[test]
+fn outputs_are_private_and_never_written_through_a_symbolic_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmp_dir("outputs");
+    let trace = write_trace(
+        &dir,
+        &[vec![
+            alloc(100, 0, MemKind::Device, 0x1000, 4096, 0),
+            end(200, 1),
+        ]],
+    );
+    let t = trace.to_str().unwrap();
+    let svg = dir.join("t.svg");
+    let out = gpumemprof(&["timeline", t, "-o", svg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", stderr_lines(&out));
+    let mode = std::fs::metadata(&svg).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    let target = dir.join("not-a-report.txt");
+    std::fs::write(&target, "untouched\n").unwrap();
+    let link = dir.join("link.svg");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let l = link.to_str().unwrap();
+    for force in [&["-f"][..], &[]] {
+        let mut args = vec!["timeline", t, "-o", l];
+        args.extend(force);
+        let out = gpumemprof(&args);
+        assert_eq!(out.status.code(), Some(1), "{force:?}");
+        let expected = if force.is_empty() {
+            format!("gpumemprof: error: {l}: already exists; pass -f to overwrite it, or choose another path")
+        } else {
+            format!(
+                "gpumemprof: error: {l}: is a symbolic link, which gpumemprof never writes \
+                 through: remove it or choose another path"
+            )
+        };
+        assert_eq!(stderr_lines(&out), vec![expected]);
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
+}
