@@ -125,7 +125,55 @@ pub fn svg(lines: &[String], style: &Style) -> io::Result<Vec<u8>> {
     opt.min_width = 0.0;
     let mut out = Vec::new();
     flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), &mut out)?;
-    Ok(out)
+    Ok(with_sizes(&String::from_utf8_lossy(&out)).into_bytes())
+}
+
+/// inferno's box width in characters per percent of the image: its defaults (12-pixel
+/// text, 0.59 of it per character, 1200 pixels).
+const CHARS_PER_PERCENT: f64 = 1.0 / 0.59;
+
+/// `svg` with each box's size after its name where the box has room for both
+/// (`main (train.c:42) · 20.0 MiB`): inferno shows the bytes only in the tooltip.
+pub fn with_sizes(svg: &str) -> String {
+    let mut out = String::with_capacity(svg.len() + svg.len() / 8);
+    let mut rest = svg;
+    while let Some(at) = rest.find("<g><title>") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let Some(end) = rest.find("</g>") else { break };
+        let (group, after) = rest.split_at(end);
+        out.push_str(&sized(group).unwrap_or_else(|| group.to_string()));
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One `<g>` (up to its `</g>`) with the size added to its text, if it fits.
+fn sized(group: &str) -> Option<String> {
+    let title = group.strip_prefix("<g><title>")?.split("</title>").next()?;
+    let (label, numbers) = title.rsplit_once(" (")?;
+    let bytes: u64 = numbers
+        .split(" bytes")
+        .next()?
+        .replace(',', "")
+        .parse()
+        .ok()?;
+    let width: f64 = group
+        .split("width=\"")
+        .nth(1)?
+        .split('%')
+        .next()?
+        .parse()
+        .ok()?;
+    let open = group
+        .rfind('>')
+        .filter(|_| group.ends_with("</text>"))
+        .and(group.rfind("\">"))?;
+    let text = group.get(open + 2..group.len() - "</text>".len())?;
+    let sized = format!("{label} · {}", crate::units::bytes(bytes));
+    let fits = (width * CHARS_PER_PERCENT) as usize > sized.chars().count();
+    (text == label && fits).then(|| format!("{}{sized}</text>", &group[..open + 2]))
 }
 
 fn empty_svg(title: &str) -> Vec<u8> {
@@ -182,6 +230,17 @@ mod tests {
             "step (train.c:42)"
         );
         assert_eq!(frame_label(&frame(Some("f"), None, None)), "f");
+        // A box wide enough shows its size; a narrow one (its name cut) does not.
+        let wide = "<g><title>main (a.c:3) (2,097,152 bytes, 50.00%)</title><rect x=\"0%\" \
+                    width=\"50.0000%\" height=\"15\"/><text x=\"0.25%\" y=\"1\">main (a.c:3)</text></g>";
+        assert_eq!(
+            with_sizes(wide),
+            wide.replace(">main (a.c:3)</text>", ">main (a.c:3) · 2.0 MiB</text>")
+        );
+        let narrow = wide
+            .replace("50.0000%", "9.0000%")
+            .replace(">main (a.c:3)</text>", ">main..</text>");
+        assert_eq!(with_sizes(&narrow), narrow);
         // A long C++ name: the box shows the function first.
         assert_eq!(
             frame_label(&frame(
