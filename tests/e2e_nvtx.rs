@@ -666,3 +666,54 @@ fn chrome_export_shows_each_nvtx_range_and_mark_on_the_calling_thread() {
     assert!(within(0, 1), "attention within forward");
     assert!(within(4, 5), "backward within data_load");
 }
+
+/// A range's own peak (the most of its memory live at once, whenever that was) and its
+/// budget in CI: "forward" held 8 + 2 MiB at once (the 2 MiB freed at once), though only
+/// 8 MiB of it at the peak of all memory. `--max-range-peak` passes at 10 MiB, fails at 9
+/// (exit 4, the line that broke it), and fails for a name no range has.
+#[test]
+fn a_ranges_own_peak_and_its_budget() {
+    let run = ranges_program("nvtx_range_budget", &[]);
+    let summary = by_range("summary", &run.trace, &[]);
+    let peaks: Vec<(String, u64, u64)> = (summary["ranges"].as_array().unwrap().iter())
+        .map(|r| {
+            (
+                r["range"].as_str().unwrap().to_string(),
+                r["peak_bytes"].as_u64().unwrap() / MIB,
+                r["range_peak_bytes"].as_u64().unwrap() / MIB,
+            )
+        })
+        .collect();
+    assert!(peaks.contains(&("forward".into(), 8, 10)), "{peaks:?}");
+    assert!(
+        peaks.contains(&("optimizer_step".into(), 16, 16)),
+        "{peaks:?}"
+    );
+    assert!(peaks.contains(&("<no range>".into(), 8, 8)), "{peaks:?}");
+
+    let gate = |budgets: &[&str]| {
+        let mut cmd = gpumemprof_tests::profiled::analyzer();
+        cmd.arg("summary").arg(&run.trace);
+        for b in budgets {
+            cmd.args(["--max-range-peak", b]);
+        }
+        let out = cmd.output().expect("run gpumemprof");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+    assert_eq!(gate(&["forward=10MiB", "attention=4MiB"]).0, Some(0));
+    let (code, stderr) = gate(&["attention=4MiB", "forward=9MiB"]);
+    assert_eq!(code, Some(4));
+    assert_eq!(
+        stderr,
+        "gpumemprof: gate failed: range \"forward\" peak 10.0 MiB (10485760 B) exceeds \
+         --max-range-peak forward=9.0 MiB (9437184 B): reduce it, or raise the limit if the \
+         growth is expected\n"
+    );
+    let (code, stderr) = gate(&["decode=1MiB"]);
+    assert_eq!(code, Some(4));
+    assert!(
+        stderr.contains("no NVTX range or scope named \"decode\""),
+        "{stderr}"
+    );
+}

@@ -41,6 +41,10 @@ enum Command {
         /// Exit 4 if the peak of all memory (totals.peak_bytes) exceeds SIZE (e.g. 512MiB).
         #[arg(long, value_name = "SIZE", value_parser = size_arg)]
         max_peak: Option<u64>,
+        /// Exit 4 if the most memory of NVTX range (or scope) NAME live at once exceeds SIZE
+        /// (`forward=2GiB`; repeatable), or if no range has that name (one trace).
+        #[arg(long, value_name = "NAME=SIZE", value_parser = crate::cmd::common::range_budget_arg)]
+        max_range_peak: Vec<(String, u64)>,
     },
     /// The moment of peak memory per device and kind, and the call sites holding it.
     Peak {
@@ -267,9 +271,14 @@ pub fn run() -> ExitCode {
 
 fn execute(cli: &Cli) -> Result<(), Error> {
     match &cli.command {
-        Command::Summary { input, max_peak } => {
+        Command::Summary {
+            input,
+            max_peak,
+            max_range_peak,
+        } => {
             check_by(input);
-            totals::summary(input, *max_peak)
+            one_trace_only(input, !max_range_peak.is_empty(), "--max-range-peak");
+            totals::summary(input, *max_peak, max_range_peak)
         }
         Command::Peak {
             input,

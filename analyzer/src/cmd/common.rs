@@ -51,6 +51,18 @@ pub fn size_arg(text: &str) -> Result<u64, String> {
     units::parse_size(text)
 }
 
+/// clap's parser for a range's budget, `NAME=SIZE` (the name may hold `=`: the last one
+/// separates).
+pub fn range_budget_arg(text: &str) -> Result<(String, u64), String> {
+    let (name, size) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{text:?}: give NAME=SIZE (e.g. forward=2GiB)"))?;
+    if name.is_empty() {
+        return Err(format!("{text:?}: the range's name is empty"));
+    }
+    Ok((name.to_string(), units::parse_size(size)?))
+}
+
 /// clap's parser for a device's memory size: a SIZE above 0 (a device of no memory would
 /// pass every threshold check as 0% or fail them all).
 pub fn device_size_arg(text: &str) -> Result<u64, String> {

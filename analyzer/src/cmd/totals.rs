@@ -64,7 +64,11 @@ pub struct Frames {
     pub frames: usize,
 }
 
-pub fn summary(input: &Input, max_peak: Option<u64>) -> Result<(), Error> {
+pub fn summary(
+    input: &Input,
+    max_peak: Option<u64>,
+    range_budgets: &[(String, u64)],
+) -> Result<(), Error> {
     if let Some(traces) = input.several() {
         let opts = ranks::Options {
             max_peak,
@@ -80,7 +84,38 @@ pub fn summary(input: &Input, max_peak: Option<u64>) -> Result<(), Error> {
         report.by_range = Some(by_range::summary(&loaded.replayed));
     }
     emit(input.json, &report, summary::write_text)?;
-    gate("peak", report.totals.peak_bytes, "--max-peak", max_peak)
+    gate("peak", report.totals.peak_bytes, "--max-peak", max_peak)?;
+    range_gates(&loaded.replayed, range_budgets)
+}
+
+/// `--max-range-peak NAME=SIZE`: each range's most bytes live at once against its budget
+/// (of ranges of that name in several NVTX domains, the largest); a name no range has fails too,
+/// as a renamed range must not pass a CI gate unseen.
+fn range_gates(r: &Replayed, budgets: &[(String, u64)]) -> Result<(), Error> {
+    if budgets.is_empty() {
+        return Ok(());
+    }
+    let ranges = by_range::summary(r).ranges;
+    for (name, limit) in budgets {
+        let mut found = ranges.iter().filter(|g| &g.range == name).peekable();
+        if found.peek().is_none() {
+            return Err(Error::Gate(format!(
+                "--max-range-peak {name}={}: no NVTX range or scope named {name:?} allocated in \
+                 the trace",
+                crate::units::bytes_exact(*limit)
+            )));
+        }
+        let peak = found.map(|g| g.range_peak_bytes).max().unwrap_or(0);
+        if peak > *limit {
+            return Err(Error::Gate(format!(
+                "range {name:?} peak {} exceeds --max-range-peak {name}={}: reduce it, or \
+                 raise the limit if the growth is expected",
+                crate::units::bytes_exact(peak),
+                crate::units::bytes_exact(*limit)
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub fn peak(

@@ -55,6 +55,9 @@ pub struct GroupCounts {
     /// Bytes and allocations live at the peak of all memory.
     pub peak_bytes: u64,
     pub peak_allocations: u64,
+    /// The most bytes of this group live at once, whenever that was (what a budget for the
+    /// range checks: `summary --max-range-peak`).
+    pub own_peak_bytes: u64,
     /// Earliest and latest allocation time among those live at the end (0 if none).
     pub first_live_ns: u64,
     pub last_live_ns: u64,
@@ -287,6 +290,7 @@ impl Ranges {
         c.bytes_allocated = c.bytes_allocated.saturating_add(a.size);
         c.live_bytes = c.live_bytes.saturating_add(a.size);
         c.live_allocations += 1;
+        c.own_peak_bytes = c.own_peak_bytes.max(c.live_bytes);
         if new_peak {
             self.peak_pending = true;
         }
@@ -399,6 +403,8 @@ fn merge_same_names(groups: &mut Vec<Group>) {
                 c.live_allocations += d.live_allocations;
                 c.peak_bytes = c.peak_bytes.saturating_add(d.peak_bytes);
                 c.peak_allocations += d.peak_allocations;
+                // Two ids of one range were live at unknown moments: at most both at once.
+                c.own_peak_bytes = c.own_peak_bytes.saturating_add(d.own_peak_bytes);
                 if d.live_allocations > 0 {
                     c.first_live_ns = if c.live_allocations == d.live_allocations {
                         d.first_live_ns

@@ -40,6 +40,9 @@ pub struct SummaryRange {
     /// (`totals.peak_bytes`).
     pub peak_bytes: u64,
     pub peak_allocations: u64,
+    /// The most bytes of this range live at once, whenever that was (what
+    /// `--max-range-peak` checks).
+    pub range_peak_bytes: u64,
     pub live_bytes_at_end: u64,
     pub live_allocations_at_end: u64,
 }
@@ -108,6 +111,7 @@ pub fn summary(r: &Replayed) -> SummaryByRange {
                 bytes_freed: g.counts.bytes_freed,
                 peak_bytes: g.counts.peak_bytes,
                 peak_allocations: g.counts.peak_allocations,
+                range_peak_bytes: g.counts.own_peak_bytes,
                 live_bytes_at_end: g.counts.live_bytes,
                 live_allocations_at_end: g.counts.live_allocations,
             })
