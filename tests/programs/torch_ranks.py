@@ -44,6 +44,10 @@ def main():
     stats = torch.cuda.memory_stats()
     keys = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated")
     print(json.dumps({"event": "done", "rank": rank, "stats": {k: stats[k] for k in keys}}), flush=True)
+    # Autograd's device thread lets go of the last backward pass before the interpreter
+    # finalizes (PyTorch issue #190489): a backward after it runs after that.
+    x = torch.ones(1, device="cuda", requires_grad=True)
+    (x * 2).sum().backward()
     dist.destroy_process_group()
 
 

@@ -10,6 +10,8 @@ and the CLOCK_MONOTONIC time it was read at; after the last, one line "kinds" gi
 PyTorch holds as parameters, optimizer state and gradients (each tensor rounded up to the
 allocator's 512 bytes, as its blocks are); with --snapshot, PyTorch's own recorder runs from the
 start and its snapshot is dumped to PATH after the last step (the line "snapshot" says when).
+Last, one small backward pass lets autograd's thread finish with the training's (see
+drain_autograd), and the line "end" gives the stats at the program's end.
 """
 
 import json
@@ -76,6 +78,15 @@ def kinds(model, opt):
     }
 
 
+def drain_autograd():
+    """Returns once autograd's device thread has let go of the last backward pass: a graph
+    it still destroys while the interpreter finalizes can abort the process ("terminate
+    called without an active exception", PyTorch issue #190489, open). A backward on the
+    same device runs after that, on the same thread."""
+    x = torch.ones(1, device="cuda", requires_grad=True)
+    (x * 2).sum().backward()
+
+
 def train_step(model, opt, batch):
     out = model(batch)
     loss = out.pow(2).mean()
@@ -103,6 +114,8 @@ def main():
         report("snapshot")
         torch.cuda.memory._dump_snapshot(snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
+    drain_autograd()
+    report("end")
 
 
 if __name__ == "__main__":
