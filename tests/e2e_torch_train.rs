@@ -224,11 +224,17 @@ fn leaks_at_a_normal_exit_are_what_the_program_kept_until_its_end() {
     );
     assert_eq!(g["site"]["function"], "MLP.forward");
     assert_eq!(g["frames"][0]["role"], "op");
+    // What they are: outputs of the forward pass that backward passes ran across.
+    assert_eq!(
+        g["kinds"],
+        serde_json::json!([{"kind": "activations", "bytes": 4 * 32768, "tensors": 4}])
+    );
     // The text says it in words.
     let text = gpumemprof_tests::profiled::report_text("leaks", &trace, &[]);
     assert!(
         text.contains("128.0 KiB (131072 B) in 4 tensors live when the program's code finished")
-            && text.contains("freed only by the interpreter's teardown (Py_FinalizeEx) at exit"),
+            && text.contains("freed only by the interpreter's teardown (Py_FinalizeEx) at exit")
+            && text.contains("freed only at exit; kind: activations (stack "),
         "{text}"
     );
 }

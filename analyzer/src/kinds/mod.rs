@@ -112,7 +112,9 @@ impl<'f> Decider<'f> {
             })
             .map(|(tid, _)| *tid)
             .collect();
-        let lives = (fates.at_peak.iter().flat_map(|(_, l)| l)).chain(&fates.at_end);
+        let lives = (fates.at_peak.iter().flat_map(|(_, l)| l))
+            .chain(&fates.at_end)
+            .chain(&fates.freed_at_exit);
         for life in lives {
             origin_of(life.stack, sym);
             if let Some(freed) = life.freed {
@@ -219,6 +221,29 @@ impl<'f> Decider<'f> {
             })
             .collect()
     }
+}
+
+/// The kind of each PyTorch tensor `leaks` counts (live at the end, or freed only after the
+/// last tensor was made, the interpreter's teardown among those), by (address, time made):
+/// decided as live at the end, when the program's own code had finished. Empty when the
+/// trace has no PyTorch tensors.
+pub fn of_leaked(r: &Replayed, sym: &mut Symbolizer) -> HashMap<(u64, u64), Kind> {
+    let pytorch = |device: i32| {
+        (r.allocators.iter()).any(|a| a.device == device && a.framework == FRAMEWORK_PYTORCH)
+    };
+    let lives: Vec<&Lifetime> = (r.fates.at_end.iter().chain(&r.fates.freed_at_exit))
+        .filter(|l| pytorch(l.device))
+        .collect();
+    if lives.is_empty() {
+        return HashMap::new();
+    }
+    let decider = Decider::new(&r.fates, sym);
+    (lives.into_iter())
+        .map(|l| {
+            let live = Lifetime { freed: None, ..*l };
+            ((l.address, l.time_ns), decider.kind(&live))
+        })
+        .collect()
 }
 
 /// Each device's PyTorch tensors at their peak by kind; empty when the trace has none (the

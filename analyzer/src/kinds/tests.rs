@@ -41,6 +41,8 @@ fn decide(fates: &FatesResult, life: Lifetime) -> Kind {
 
 fn made(stack: u64, tid: u32, run: u32) -> Lifetime {
     Lifetime {
+        address: 0x1000,
+        time_ns: 0,
         size: 512,
         device: 0,
         stack,

@@ -163,6 +163,8 @@ impl Observer for Builder<'_, '_> {
                 LiveChange::Added(a) => {
                     d.value = d.value.saturating_add(a.size);
                     let life = Lifetime {
+                        address: a.address,
+                        time_ns: a.time_ns,
                         size: a.size,
                         device: a.device,
                         stack: a.stack,

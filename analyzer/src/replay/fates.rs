@@ -23,6 +23,9 @@ const STACKS_PER_THREAD: usize = 4;
 /// One tensor's life, as far as the trace has told it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime {
+    pub address: u64,
+    /// When it was made (ns since the trace started).
+    pub time_ns: u64,
     pub size: u64,
     pub device: i32,
     pub stack: u64,
@@ -55,6 +58,9 @@ pub struct FatesResult {
     pub at_peak: Vec<(i32, Vec<Lifetime>)>,
     /// Tensors live at the end of the trace.
     pub at_end: Vec<Lifetime>,
+    /// Tensors freed after the last tensor was made, in order (the interpreter's teardown
+    /// is among them: `leaks` counts what it freed as leaked).
+    pub freed_at_exit: Vec<Lifetime>,
 }
 
 /// A device's tensors at its latest peak, and where each stands (by address) while its
@@ -73,6 +79,8 @@ pub(super) struct Fates {
     runs_made: u64,
     last_tid: Option<u32>,
     thread_stacks: Vec<(u32, Vec<u64>)>,
+    /// Tensors freed since the last one was made.
+    tail: Vec<Lifetime>,
     /// `thread_stacks`' entry of the current run's thread.
     current: Option<usize>,
     peaks: Vec<(i32, PeakCopy)>,
@@ -121,9 +129,12 @@ impl Fates {
         let (run, new_run) = self.run_of(t.tid);
         self.saw_stack(t.tid, t.stack, new_run);
         if t.delta >= 0 {
+            self.tail.clear();
             self.live.insert(
                 t.address,
                 Lifetime {
+                    address: t.address,
+                    time_ns: t.time_ns,
                     size: t.delta.unsigned_abs(),
                     device: t.device,
                     stack: t.stack,
@@ -137,6 +148,14 @@ impl Fates {
         let Some(gone) = self.live.remove(&t.address) else {
             return;
         };
+        self.tail.push(Lifetime {
+            freed: Some(Freed {
+                stack: t.stack,
+                tid: t.tid,
+                run,
+            }),
+            ..gone
+        });
         let Some((_, copy)) = self.peaks.iter_mut().find(|(d, _)| *d == gone.device) else {
             return;
         };
@@ -177,6 +196,7 @@ impl Fates {
             thread_stacks: self.thread_stacks,
             at_peak,
             at_end: self.live.into_values().collect(),
+            freed_at_exit: self.tail,
         }
     }
 }

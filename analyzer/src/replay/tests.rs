@@ -477,7 +477,9 @@ fn fates_copy_the_tensors_live_at_the_peak_and_write_their_frees_beside_them() {
     assert_eq!(f.thread_stacks, vec![(1, vec![7, 8]), (2, vec![9])]);
     let (device, mut lives) = f.at_peak.into_iter().next().expect("a peak copy");
     lives.sort_by_key(|l| l.size);
-    let life = |size, stack, run, freed| Lifetime {
+    let life = |address, time_ns, size, stack, run, freed| Lifetime {
+        address,
+        time_ns,
         size,
         device: 0,
         stack,
@@ -493,9 +495,22 @@ fn fates_copy_the_tensors_live_at_the_peak_and_write_their_frees_beside_them() {
     };
     assert_eq!(
         lives,
-        vec![life(512, 8, 0, None), life(1024, 7, 0, Some(freed_a))]
+        vec![
+            life(0xb, 2, 512, 8, 0, None),
+            life(0xa, 1, 1024, 7, 0, Some(freed_a))
+        ]
     );
-    assert_eq!(f.at_end, vec![life(512, 8, 0, None)]);
+    assert_eq!(f.at_end, vec![life(0xb, 2, 512, 8, 0, None)]);
+    // Freed after the last tensor was made (at 4): C, by thread 1 in run 2.
+    let freed_c = Freed {
+        stack: 7,
+        tid: 1,
+        run: 2,
+    };
+    assert_eq!(
+        f.freed_at_exit,
+        vec![life(0xa, 4, 256, 7, 2, Some(freed_c))]
+    );
 }
 
 /// NVML counts a VMM handle's physical memory once it is created, mapped or not: the

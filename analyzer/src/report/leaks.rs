@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::level::{site, MemoryLevel};
 use super::teardown::Teardown;
 use super::{write_frames, TraceInfo, SCHEMA_VERSION};
+use crate::kinds::KindBytes;
 use crate::replay::Replayed;
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
@@ -52,6 +53,10 @@ pub struct LeakGroup {
     /// Of them, those allocated before a damaged block of the trace: their frees may have
     /// been in it, so they may not be leaks (0 for a sound trace).
     pub before_damage_count: u64,
+    /// PyTorch's tensors only: the group by kind of memory (`kinds`; those it holds, in
+    /// `Kind::ALL`'s order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<KindBytes>>,
     /// Earliest and latest allocation time in the group, ns since the trace started.
     pub first_time_ns: u64,
     pub last_time_ns: u64,
@@ -81,6 +86,8 @@ struct Group {
     freed_bytes: u64,
     freed_count: u64,
     before_damage: u64,
+    /// Bytes and tensors per kind of memory (`Kind::ALL`'s order).
+    kinds: [(u64, u64); crate::timeline::KINDS],
     first: u64,
     last: u64,
 }
@@ -96,6 +103,7 @@ pub fn build(
     level: MemoryLevel,
     teardown: Option<&Teardown>,
 ) -> LeaksReport {
+    let kinds_of = crate::kinds::of_leaked(r, sym);
     let mut groups: HashMap<(u64, MemKind), Group> = HashMap::new();
     let (mut total_bytes, mut total_count) = (0u64, 0u64);
     let (mut freed_bytes, mut freed_count) = (0u64, 0u64);
@@ -126,6 +134,11 @@ pub fn build(
         }
         if r.damaged_after_ns.is_some_and(|at| a.time_ns <= at) {
             g.before_damage += 1;
+        }
+        if let Some(k) = kinds_of.get(&(a.address, a.time_ns)) {
+            let slot = &mut g.kinds[*k as usize];
+            slot.0 = slot.0.saturating_add(a.size);
+            slot.1 += 1;
         }
         g.first = g.first.min(a.time_ns);
         g.last = g.last.max(a.time_ns);
@@ -164,6 +177,16 @@ pub fn build(
                 freed_at_exit_bytes: g.freed_bytes,
                 freed_at_exit_count: g.freed_count,
                 before_damage_count: g.before_damage,
+                kinds: (g.kinds.iter().any(|k| k.1 > 0)).then(|| {
+                    (crate::kinds::Kind::ALL.iter().zip(g.kinds))
+                        .filter(|(_, (_, n))| *n > 0)
+                        .map(|(kind, (bytes, tensors))| KindBytes {
+                            kind: kind.name(),
+                            bytes,
+                            tensors,
+                        })
+                        .collect()
+                }),
                 first_time_ns: g.first,
                 last_time_ns: g.last,
                 site: site(&sym.stack(stack, 0)).cloned(),
@@ -256,6 +279,15 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
                 "; {which} allocated before a damaged block of the trace, where their frees \
                  may be"
             ));
+        }
+        if let Some(kinds) = &g.kinds {
+            let words: Vec<String> = match kinds.as_slice() {
+                [only] => vec![only.kind.to_string()],
+                all => (all.iter())
+                    .map(|k| format!("{} {}", k.kind, units::bytes(k.bytes)))
+                    .collect(),
+            };
+            when.push_str(&format!("; kind: {}", words.join(", ")));
         }
         let (one, many) = super::level::count_words(g.kind);
         writeln!(
