@@ -59,12 +59,17 @@ impl<W: Write> Fit<W> {
         }
     }
 
-    fn write_line(&mut self) -> io::Result<()> {
+    /// Writes the line gathered so far, wrapped; `newline`: end it with one.
+    fn write_line(&mut self, newline: bool) -> io::Result<()> {
         let text = String::from_utf8_lossy(&self.line).into_owned();
         self.line.clear();
-        for piece in wrap(&text, self.width) {
+        let pieces = wrap(&text, self.width);
+        let last = pieces.len().saturating_sub(1);
+        for (i, piece) in pieces.iter().enumerate() {
             self.inner.write_all(piece.as_bytes())?;
-            self.inner.write_all(b"\n")?;
+            if newline || i < last {
+                self.inner.write_all(b"\n")?;
+            }
         }
         Ok(())
     }
@@ -80,7 +85,7 @@ impl<W: Write> Write for Fit<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         for &b in buf {
             if b == b'\n' {
-                self.write_line()?;
+                self.write_line(true)?;
             } else {
                 self.line.push(b);
             }
@@ -90,16 +95,7 @@ impl<W: Write> Write for Fit<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.line.is_empty() {
-            let text = String::from_utf8_lossy(&self.line).into_owned();
-            self.line.clear();
-            let pieces = wrap(&text, self.width);
-            let last = pieces.len().saturating_sub(1);
-            for (i, piece) in pieces.iter().enumerate() {
-                self.inner.write_all(piece.as_bytes())?;
-                if i < last {
-                    self.inner.write_all(b"\n")?;
-                }
-            }
+            self.write_line(false)?;
         }
         self.inner.flush()
     }

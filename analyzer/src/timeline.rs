@@ -635,18 +635,7 @@ mod tests {
     #[test]
     fn a_tensor_is_drawn_at_its_own_time_not_the_last_cuda_calls() {
         let mut b = TimelineBuilder::new();
-        let tensor = gpumemprof_format::Tensor {
-            time_ns: 5_500,
-            tid: 1,
-            framework: gpumemprof_format::FRAMEWORK_PYTORCH,
-            device: 0,
-            address: 0x10,
-            delta: 512,
-            allocated: 512,
-            reserved: 2 << 20,
-            stack: 0,
-        };
-        b.record(&Record::Tensor(tensor));
+        b.record(&crate::replay::tests::tensor(5_500, 1, 0x10, 512, 0));
         b.changes(5_500, &[LiveChange::Added(live(0, MemKind::Tensor, 512))]);
         let t = b.finish();
         let s = t.series(SeriesKey::Live(0, MemKind::Tensor)).unwrap();

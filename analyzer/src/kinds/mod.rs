@@ -223,16 +223,27 @@ impl<'f> Decider<'f> {
     }
 }
 
+/// Whether `device`'s tensors are PyTorch's: the only ones kinds are inferred for (the
+/// inference reads PyTorch's frames).
+pub fn pytorch(r: &Replayed, device: i32) -> bool {
+    (r.allocators.iter()).any(|a| a.device == device && a.framework == FRAMEWORK_PYTORCH)
+}
+
+/// The PyTorch devices of a trace, ascending.
+pub fn pytorch_devices(r: &Replayed) -> Vec<i32> {
+    (r.allocators.iter())
+        .filter(|a| a.framework == FRAMEWORK_PYTORCH)
+        .map(|a| a.device)
+        .collect()
+}
+
 /// The kind of each PyTorch tensor `leaks` counts (live at the end, or freed only after the
 /// last tensor was made, the interpreter's teardown among those), by (address, time made):
 /// decided as live at the end, when the program's own code had finished. Empty when the
 /// trace has no PyTorch tensors.
 pub fn of_leaked(r: &Replayed, sym: &mut Symbolizer) -> HashMap<(u64, u64), Kind> {
-    let pytorch = |device: i32| {
-        (r.allocators.iter()).any(|a| a.device == device && a.framework == FRAMEWORK_PYTORCH)
-    };
     let lives: Vec<&Lifetime> = (r.fates.at_end.iter().chain(&r.fates.freed_at_exit))
-        .filter(|l| pytorch(l.device))
+        .filter(|l| pytorch(r, l.device))
         .collect();
     if lives.is_empty() {
         return HashMap::new();
@@ -246,17 +257,14 @@ pub fn of_leaked(r: &Replayed, sym: &mut Symbolizer) -> HashMap<(u64, u64), Kind
         .collect()
 }
 
-/// Each device's PyTorch tensors at their peak by kind; empty when the trace has none (the
-/// inference reads PyTorch's frames: other frameworks' tensors get no kinds).
+/// Each device's PyTorch tensors at their peak by kind; empty when the trace has none
+/// (other frameworks' tensors get no kinds: `pytorch`).
 pub fn at_peaks(r: &Replayed, sym: &mut Symbolizer) -> Vec<DeviceKinds> {
-    let pytorch = |device: i32| {
-        (r.allocators.iter()).any(|a| a.device == device && a.framework == FRAMEWORK_PYTORCH)
-    };
-    if !r.fates.at_peak.iter().any(|(d, _)| pytorch(*d)) {
+    if !r.fates.at_peak.iter().any(|(d, _)| pytorch(r, *d)) {
         return Vec::new();
     }
     let mut kinds = Decider::new(&r.fates, sym).at_peaks();
-    kinds.retain(|k| pytorch(k.device));
+    kinds.retain(|k| pytorch(r, k.device));
     kinds
 }
 

@@ -19,7 +19,7 @@ use gpumemprof_format::{MemKind, Record};
 use super::{Decider, Kind};
 use crate::fasthash::FastMap;
 use crate::observe::Observer;
-use crate::replay::fates::{Freed, Lifetime};
+use crate::replay::fates::{Freed, Lifetime, Runs};
 use crate::replay::{LiveChange, Loaded};
 use crate::timeline::{KindSeries, SeriesKey, Timeline};
 
@@ -114,8 +114,8 @@ struct Builder<'a, 'f> {
     devices: Vec<Device>,
     /// As the timeline places changes: at the latest time seen.
     now_ns: u64,
-    last_tid: Option<u32>,
-    runs_made: u64,
+    /// Runs, as `replay::fates` numbers them.
+    runs: Runs,
     /// The tensor record being applied: its thread, stack and run.
     applying: Option<(u32, u64, u32)>,
 }
@@ -129,12 +129,7 @@ impl Observer for Builder<'_, '_> {
             Record::AllocFailed(f) => self.now_ns = self.now_ns.max(f.time_ns),
             Record::Tensor(t) => {
                 self.now_ns = self.now_ns.max(t.time_ns);
-                // Runs as `replay::fates` numbers them.
-                if self.last_tid != Some(t.tid) {
-                    self.last_tid = Some(t.tid);
-                    self.runs_made += 1;
-                }
-                let run = (self.runs_made - 1).min(crate::replay::fates::MAX_RUNS as u64) as u32;
+                let (run, _) = self.runs.next(t.tid);
                 self.applying = Some((t.tid, t.stack, run));
             }
             _ => {}
@@ -195,15 +190,14 @@ pub fn series(path: &Path, loaded: &Loaded, t: &Timeline, decider: &Decider) -> 
     if t.len == 0 {
         return Vec::new();
     }
-    let devices: Vec<Device> = (loaded.replayed.allocators.iter())
-        .filter(|a| a.framework == gpumemprof_format::FRAMEWORK_PYTORCH)
-        .filter_map(|a| {
-            let s = t.series(SeriesKey::Live(a.device, MemKind::Tensor))?;
+    let devices: Vec<Device> = (super::pytorch_devices(&loaded.replayed).into_iter())
+        .filter_map(|device| {
+            let s = t.series(SeriesKey::Live(device, MemKind::Tensor))?;
             let highest: Vec<u64> = (t.filled(s).iter())
                 .map(|b| b.map_or(0, |b| b.max))
                 .collect();
             Some(Device {
-                device: a.device,
+                device,
                 met: vec![false; highest.len()],
                 highest,
                 value: 0,
@@ -223,8 +217,7 @@ pub fn series(path: &Path, loaded: &Loaded, t: &Timeline, decider: &Decider) -> 
         width_ns: t.width_ns,
         devices,
         now_ns: 0,
-        last_tid: None,
-        runs_made: 0,
+        runs: Runs::default(),
         applying: None,
     };
     let Ok(reader) = crate::input::open(path) else {
@@ -243,9 +236,7 @@ pub fn series(path: &Path, loaded: &Loaded, t: &Timeline, decider: &Decider) -> 
 /// tensors: a second pass over `path`.
 pub fn add(t: &mut Timeline, path: &Path, loaded: &Loaded, sym: &mut crate::symbolize::Symbolizer) {
     let r = &loaded.replayed;
-    let pytorch =
-        (r.allocators.iter()).any(|a| a.framework == gpumemprof_format::FRAMEWORK_PYTORCH);
-    if !pytorch {
+    if super::pytorch_devices(r).is_empty() {
         return;
     }
     let decider = Decider::new(&r.fates, sym);

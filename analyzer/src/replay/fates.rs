@@ -63,6 +63,29 @@ pub struct FatesResult {
     pub freed_at_exit: Vec<Lifetime>,
 }
 
+/// Numbers the runs of a stream of tensor events: a new run whenever the thread changes.
+/// Both passes that need runs (`Fates`, `kinds::timeline`) count them with this, so their
+/// run indices agree.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Runs {
+    last_tid: Option<u32>,
+    /// Runs begun so far.
+    pub made: u64,
+}
+
+impl Runs {
+    /// The run a tensor event of `tid` belongs to, and whether it begins it. Past
+    /// `MAX_RUNS` every run reads as `MAX_RUNS`: unknown to `kinds`.
+    pub fn next(&mut self, tid: u32) -> (u32, bool) {
+        let new_run = self.last_tid != Some(tid);
+        if new_run {
+            self.last_tid = Some(tid);
+            self.made += 1;
+        }
+        ((self.made - 1).min(MAX_RUNS as u64) as u32, new_run)
+    }
+}
+
 /// A device's tensors at its latest peak, and where each stands (by address) while its
 /// free is awaited.
 #[derive(Debug, Default)]
@@ -76,8 +99,7 @@ struct PeakCopy {
 pub(super) struct Fates {
     live: FastMap<u64, Lifetime>,
     runs: Vec<u32>,
-    runs_made: u64,
-    last_tid: Option<u32>,
+    counter: Runs,
     thread_stacks: Vec<(u32, Vec<u64>)>,
     /// Tensors freed since the last one was made.
     tail: Vec<Lifetime>,
@@ -87,19 +109,14 @@ pub(super) struct Fates {
 }
 
 impl Fates {
-    /// The run a tensor event of `tid` belongs to (a new one when the thread changed), and
-    /// whether it is new.
+    /// The run a tensor event of `tid` belongs to, and whether it is new (kept in `runs`
+    /// up to `MAX_RUNS`).
     fn run_of(&mut self, tid: u32) -> (u32, bool) {
-        let new_run = self.last_tid != Some(tid);
-        if new_run {
-            self.last_tid = Some(tid);
-            self.runs_made += 1;
-            if self.runs.len() < MAX_RUNS {
-                self.runs.push(tid);
-            }
+        let (run, new_run) = self.counter.next(tid);
+        if new_run && self.runs.len() < MAX_RUNS {
+            self.runs.push(tid);
         }
-        // Past MAX_RUNS every run reads as the last index + 1: unknown to `kinds`.
-        ((self.runs_made - 1).min(MAX_RUNS as u64) as u32, new_run)
+        (run, new_run)
     }
 
     /// Keeps `stack` among `tid`'s first ones. The thread's entry is looked up once per
@@ -192,7 +209,7 @@ impl Fates {
         at_peak.sort_by_key(|(d, _)| *d);
         FatesResult {
             runs: self.runs,
-            runs_made: self.runs_made,
+            runs_made: self.counter.made,
             thread_stacks: self.thread_stacks,
             at_peak,
             at_end: self.live.into_values().collect(),

@@ -114,4 +114,4 @@ pub fn replay_with<R: Read>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -442,8 +442,9 @@ fn nvml_samples_are_set_against_tracked_device_bytes() {
     );
 }
 
-/// A tensor event of `tid` at `time_ns` (the allocator's totals are not read here).
-fn tensor(time_ns: u64, tid: u32, address: u64, delta: i64, stack: u64) -> Record {
+/// A PyTorch tensor event of `tid` on device 0 at `time_ns` (the allocator's totals are
+/// left 0: the replay's tests and the other modules' that feed it tensors read none).
+pub(crate) fn tensor(time_ns: u64, tid: u32, address: u64, delta: i64, stack: u64) -> Record {
     Record::Tensor(gpumemprof_format::Tensor {
         time_ns,
         tid,

@@ -78,20 +78,11 @@ fn teardown_function(sym: &mut Symbolizer, id: u64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use crate::replay::Replay;
-    use gpumemprof_format::{MemKind, Record, Tensor};
+    use gpumemprof_format::{MemKind, Record};
 
+    /// A tensor event of thread 1 (`replay::tests::tensor`).
     fn tensor(time_ns: u64, address: u64, delta: i64, stack: u64) -> Record {
-        Record::Tensor(Tensor {
-            time_ns,
-            tid: 1,
-            framework: 1,
-            device: 0,
-            address,
-            delta,
-            allocated: 0,
-            reserved: 0,
-            stack,
-        })
+        crate::replay::tests::tensor(time_ns, 1, address, delta, stack)
     }
 
     /// The replay keeps what was released after the last allocation, each with its free's

@@ -34,21 +34,18 @@ use std::time::Duration;
 /// A signal handler waits this long for the writer before the signal goes on.
 const SIGNAL_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
-const ALWAYS: [c_int; 10] = [
+/// Asynchronous signals held whatever the program's action.
+const ASYNC: [c_int; 5] = [
     libc::SIGTERM,
     libc::SIGINT,
     // A closed terminal or a lost ssh session; Ctrl-\. `gpumemprof run` forwards both.
     libc::SIGHUP,
     libc::SIGQUIT,
     libc::SIGABRT,
-    libc::SIGSEGV,
-    libc::SIGBUS,
-    libc::SIGFPE,
-    libc::SIGILL,
-    libc::SIGSYS,
 ];
 
-/// Faults: raised by the instruction that ran, handled by runtimes as part of their work.
+/// Faults: raised by the instruction that ran, handled by runtimes as part of their work;
+/// held whatever the program's action too.
 const FAULTS: [c_int; 5] = [
     libc::SIGSEGV,
     libc::SIGBUS,
@@ -85,7 +82,7 @@ pub fn install() {
     };
     crate::sys::altstack::enable();
     actions::claim();
-    let held = ALWAYS.iter().map(|&s| (s, Hold::Always));
+    let held = ASYNC.iter().chain(&FAULTS).map(|&s| (s, Hold::Always));
     let held = held.chain(WHILE_DEFAULT.iter().map(|&s| (s, Hold::WhileDefault)));
     for (sig, how) in held {
         // SAFETY: sigaction with valid pointers; the program's action is recorded before
