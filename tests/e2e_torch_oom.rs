@@ -7,12 +7,24 @@
 
 use std::path::Path;
 
-use gpumemprof_tests::profiled::{report, report_text, scratch};
+use gpumemprof_tests::profiled::{analyzer, report_text, scratch, succeeded};
 use gpumemprof_tests::source_line_of;
 use gpumemprof_tests::torch_job::{stat, Job};
 use serde_json::{json, Value};
 
+#[path = "../analyzer/tests/checks/schema.rs"]
+mod schema;
+
 const MIB: u64 = 1 << 20;
+
+/// `gpumemprof CMD TRACE --json EXTRA...`; `oom`'s checked against its schema.
+fn report(cmd: &str, trace: &Path, extra: &[&str]) -> Value {
+    let v = gpumemprof_tests::profiled::report(cmd, trace, extra);
+    if cmd == "oom" {
+        schema::assert_valid("oom", &v);
+    }
+    v
+}
 const SCRIPT: &str = "tests/programs/torch_oom.py";
 
 /// What PyTorch's `OutOfMemoryError` said, from the traceback's last line, after
@@ -125,6 +137,78 @@ fn a_fragmentation_oom_is_one_error_with_pytorchs_own_message() {
         .map(|a| (&a["level"], &a["requested_bytes"]))
         .collect();
     assert_eq!(ooms, [(&json!("critical"), &json!(256 * MIB))]);
+    // What would have avoided it: expandable segments, at the reserved peak a real run
+    // with them reaches (tests/e2e_torch_whatif.rs runs it: 1020 MiB); no max_split_size.
+    let r = &oom["remedies"];
+    let tried: Vec<(&Value, &Value, &Value)> = (r["tried"].as_array().unwrap().iter())
+        .map(|t| (&t["set"], &t["avoids"], &t["peak_reserved_bytes"]))
+        .collect();
+    assert_eq!(
+        tried,
+        [
+            (
+                &json!("expandable_segments:True"),
+                &json!(true),
+                &json!(1020 * MIB)
+            ),
+            (
+                &json!("max_split_size_mb:128"),
+                &json!(false),
+                &json!(960 * MIB)
+            ),
+            (
+                &json!("max_split_size_mb:256"),
+                &json!(false),
+                &json!(960 * MIB)
+            ),
+            (
+                &json!("max_split_size_mb:512"),
+                &json!(false),
+                &json!(960 * MIB)
+            ),
+            (
+                &json!("garbage_collection_threshold:0.8,per_process_memory_fraction:0.99"),
+                &json!(false),
+                &json!(960 * MIB)
+            ),
+        ]
+    );
+    assert_eq!(
+        (
+            &r["fidelity_matched"],
+            &r["request_bytes"],
+            &r["live_tensor_bytes"],
+            &r["exceeds_by_bytes"]
+        ),
+        (
+            &json!(true),
+            &json!(256 * MIB),
+            &json!(384 * MIB),
+            &Value::Null
+        )
+    );
+    let avoided = "Would have avoided this out-of-memory error: expandable_segments:True \
+                   (reserved peak 1020.0 MiB, 0 device synchronizations).";
+    assert!(r["verdict"].as_str().unwrap().starts_with(avoided), "{r}");
+    assert!(text.contains(avoided), "{text}");
+    // The HTML report says it under the verdict.
+    let html = dir_of(&trace).join("oom.html");
+    succeeded(
+        analyzer()
+            .arg("report")
+            .arg(&trace)
+            .arg("-o")
+            .arg(&html)
+            .arg("-f")
+            .arg("-q"),
+        "gpumemprof report",
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(avoided), "no remedies in the HTML report");
+}
+
+fn dir_of(trace: &Path) -> &Path {
+    trace.parent().expect("the trace's folder")
 }
 
 #[test]
@@ -164,6 +248,30 @@ fn with_expandable_segments_the_same_request_fits_and_a_larger_one_is_one_error(
     );
     assert_eq!(oom["cause"], "live_data");
     assert_eq!(oom["failure_counts"]["kept"], 1);
+    // No allocator setting fits 384 MiB of live tensors and 700 MiB more in 1 GiB.
+    let r = &oom["remedies"];
+    assert_eq!(r["job_configuration"], "expandable_segments:True");
+    assert_eq!(r["tried"].as_array().unwrap().len(), 4);
+    assert!(r["tried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["avoids"] == false));
+    assert_eq!(
+        (
+            &r["live_tensor_bytes"],
+            &r["available_bytes"],
+            &r["exceeds_by_bytes"]
+        ),
+        (&json!(384 * MIB), &json!(1024 * MIB), &json!(60 * MIB))
+    );
+    assert!(
+        r["verdict"].as_str().unwrap().contains(
+            "would have avoided it: the live tensors and the 700.0 MiB request need 1.1 GiB, \
+             60.0 MiB more than the 1.0 GiB the device had for PyTorch"
+        ),
+        "{r}"
+    );
     // At the failure NVML saw the 760 MiB mapped and the 260 MiB of handles PyTorch had
     // created for the request but not mapped yet: the hooks recorded those handles too, so
     // nothing is "not seen by the hooks".

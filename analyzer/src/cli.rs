@@ -83,6 +83,10 @@ enum Command {
     /// Why an allocation failed with out-of-memory: what asked, the device's free memory,
     /// what was live and which call sites held it, what grew before it, and a verdict.
     Oom(crate::cmd::oom::Args),
+    /// Would the job have fitted with another PyTorch allocator configuration (--set
+    /// expandable_segments:True), on another device or with larger tensors: its tensors
+    /// replayed through PyTorch's caching-allocator policy, checked against the job.
+    Whatif(crate::cmd::whatif::Args),
     /// Flamegraph (SVG) of live memory by call stack: at the peak, the end (--leaks), an
     /// out-of-memory failure (--oom) or a time (--at).
     Flamegraph(crate::cmd::flamegraph::Args),
@@ -303,6 +307,7 @@ fn execute(cli: &Cli) -> Result<(), Error> {
             totals::leaks(input, *top, frames.frames, *max_leaked, *level)
         }
         Command::Oom(args) => crate::cmd::oom::run(args),
+        Command::Whatif(args) => crate::cmd::whatif::run(args),
         Command::Flamegraph(args) => crate::cmd::flamegraph::run(args),
         Command::Timeline(args) => crate::cmd::timeline::run(args),
         Command::Report(args) => crate::cmd::report::run(args),

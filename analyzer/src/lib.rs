@@ -32,3 +32,4 @@ pub mod torch_conf;
 pub mod torch_frames;
 pub mod units;
 pub mod views;
+pub mod whatif;

@@ -1293,8 +1293,35 @@ fn every_json_report_carries_schema_version_and_matches_its_schema() {
 
 /// Schemas of reports whose tests live elsewhere.
 const OTHER_REPORTS: &[&str] = &[
-    "ranks", // several traces: analyzer/tests/ranks.rs
+    "ranks",  // several traces: analyzer/tests/ranks.rs
+    "whatif", // needs PyTorch's tensors: tests/e2e_torch_whatif.rs
 ];
+
+#[test]
+fn whatif_refuses_what_it_cannot_replay_in_one_line() {
+    let dir = TempDir::new("commands", "whatif");
+    let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
+    let t = p(&trace);
+    // A trace of CUDA calls alone: no PyTorch allocator to replay.
+    let out = gpumemprof(&["whatif", t]);
+    assert_eq!(code(&out), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no PyTorch tensors in this trace"), "{err}");
+    // What PyTorch would refuse, refused as a usage error with PyTorch's reason.
+    let out = gpumemprof(&["whatif", t, "--set", "max_split_size_mb:4"]);
+    assert_eq!(code(&out), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("max_split_size_mb: 4 is too small, PyTorch needs at least 20"));
+    assert_eq!(
+        code(&gpumemprof(&["whatif", t, "--set", "colour:blue"])),
+        Some(2)
+    );
+    assert_eq!(code(&gpumemprof(&["whatif", t, "--scale", "0"])), Some(2));
+    let bad = dir.join("bad.trace");
+    std::fs::write(&bad, b"GPUMEMPX garbage").expect("write");
+    assert_eq!(code(&gpumemprof(&["whatif", p(&bad)])), Some(5));
+}
 
 #[test]
 fn the_exit_code_table() {

@@ -250,6 +250,8 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         render(&d, diff::write_text);
     }
     oom_report(&loaded, bytes, opts);
+    // The what-if: the job's policy and others over the tensors.
+    whatif_pass(bytes);
     if !views {
         return true;
     }
@@ -322,6 +324,7 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         ooms: &ooms,
         oom_flamegraph: first_oom.as_ref().zip(oom_svg.as_deref()),
         oom_verdict: Some("OOM: <a verdict> & \"quotes\""),
+        oom_remedies: None,
         apis: &apis,
     };
     html::render(&page);
@@ -340,6 +343,40 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         let _ = torch_snapshot::write(&trace_path(), &surveyed, &reopen, Vec::new());
     }
     true
+}
+
+/// The `whatif` pass over `bytes`: the job's policy and three others (expandable
+/// segments; `max_split_size_mb` with garbage collection under a fraction; twice the size
+/// on an unknown device), as `whatif` and `oom`'s remedies run them.
+fn whatif_pass(bytes: &[u8]) {
+    use gpumemprof_analyzer::torch_conf::AllocConf;
+    use gpumemprof_analyzer::whatif::{Device, Scenario, WhatIf};
+    let Ok(mut reader) = TraceReader::open(Cursor::new(bytes)) else {
+        return;
+    };
+    let scenario = |conf: &str, scale: f64, device_memory: Option<u64>| Scenario {
+        conf: AllocConf::parse(conf),
+        scale,
+        device_memory,
+    };
+    let scenarios = vec![
+        scenario("expandable_segments:True", 1.0, None),
+        scenario(
+            "max_split_size_mb:64,garbage_collection_threshold:0.5,per_process_memory_fraction:0.5",
+            1.0,
+            Some(256 << 20),
+        ),
+        scenario("roundup_power2_divisions:4", 2.0, None),
+    ];
+    let device = Device {
+        capacity: Some(1 << 30),
+        other: 1 << 20,
+    };
+    let mut pass = WhatIf::new(AllocConf::default(), scenarios, vec![(0, device)]);
+    while let Ok(Some(record)) = reader.next_salvaged() {
+        pass.record(&record);
+    }
+    let _ = pass.finish();
 }
 
 fn trace_path() -> PathBuf {
@@ -626,6 +663,17 @@ fn record() -> impl Strategy<Value = Record> {
             })),
         1 => (0u64..5, proptest::sample::select(vec!["", "forward", "ünï"]))
             .prop_map(|(id, text)| Record::NvtxString { id, text: text.into() }),
+        // PyTorch's tensors: sizes and figures small, odd or extreme (the what-if models
+        // PyTorch's allocator on them).
+        3 => (time.clone(), 0u32..3, prop_oneof![3 => 0i32..2, 1 => any::<i32>()],
+              small_or_extreme(), prop_oneof![4 => -(64i64 << 20)..(64i64 << 20), 1 => any::<i64>()],
+              small_or_extreme(), small_or_extreme(), 0u64..6)
+            .prop_map(|(t, tid, device, address, delta, allocated, reserved, stack)| {
+                Record::Tensor(gpumemprof_format::Tensor {
+                    time_ns: t, tid, framework: gpumemprof_format::FRAMEWORK_PYTORCH, device,
+                    address, delta, allocated, reserved, stack,
+                })
+            }),
         1 => (time, any::<bool>(), small_or_extreme()).prop_map(|(t, end, n)| {
             let s = Stats { time_ns: t, events: n, queue_waits: n / 2, dropped: n % 3 };
             if end { Record::End(s) } else { Record::Stats(s) }

@@ -27,6 +27,8 @@ def report(event):
     keys = (
         "allocated_bytes.all.current",
         "reserved_bytes.all.current",
+        "allocated_bytes.all.peak",
+        "reserved_bytes.all.peak",
         "allocation.all.current",
         "num_ooms",
         "num_alloc_retries",

@@ -271,7 +271,7 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     )?;
     let oom = super::oom::explain(trace, r, frames)?;
     if let Some(oom) = &oom {
-        bundle.write_json("oom.json", "oom", oom)?;
+        bundle.write_json("oom.json", "oom", &super::oom::with_remedies(trace, oom))?;
     }
     let analyzed = analyze::build(info_of(), r, analysis, &mut sym, frames, oom.as_ref());
     bundle.write_json("analyze.json", "analyze", &analyzed)?;

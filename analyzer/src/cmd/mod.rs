@@ -28,6 +28,7 @@ pub mod info;
 pub mod monitor;
 pub mod oom;
 pub mod track;
+pub mod whatif;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

@@ -52,6 +52,9 @@ pub fn run(args: &Args) -> Result<(), Error> {
     let r = &loaded.replayed;
     let info = TraceInfo::new(&args.trace, &loaded);
     let oom = super::oom::explain(&args.trace, r, crate::report::oom::DEFAULT_FRAMES)?;
+    let remedies = (oom.as_ref())
+        .filter(|o| o.pytorch.is_some())
+        .and_then(|_| super::oom::remedies_of(&args.trace));
     let mut sym = Symbolizer::of(&loaded);
     crate::kinds::timeline::add(&mut t, &args.trace, &loaded, &mut sym);
     let mut summary = summary::build(info.clone(), r);
@@ -119,6 +122,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         ooms: &ooms,
         oom_flamegraph: first_oom.as_ref().zip(oom_svg.as_deref()),
         oom_verdict: oom.as_ref().map(|o| o.verdict.as_str()),
+        oom_remedies: remedies.as_ref().map(|r| r.verdict.as_str()),
         apis: &apis,
     };
     let html = render(&page);

@@ -38,6 +38,8 @@ pub struct Page<'a> {
     pub oom_flamegraph: Option<(&'a Snapshot, &'a str)>,
     /// The `oom` report's verdict on the failure it explains (the first final one).
     pub oom_verdict: Option<&'a str>,
+    /// For a PyTorch out-of-memory error, what would have avoided it (`oom`'s remedies).
+    pub oom_remedies: Option<&'a str>,
     pub apis: &'a HashMap<u16, String>,
 }
 
@@ -522,6 +524,16 @@ fn ooms(h: &mut String, p: &Page) {
              memory, what grew before the failure and the failure in PyTorch's terms: \
              <code>gpumemprof oom {}</code></p>",
             esc(verdict),
+            esc(&p.trace.path)
+        );
+    }
+    if let Some(remedies) = p.oom_remedies {
+        let _ = write!(
+            h,
+            "<p class=\"remedies\">{} <span class=\"note\">(the recorded tensors replayed \
+             through PyTorch's allocator policy; try others with <code>gpumemprof whatif {}</code>)\
+             </span></p>",
+            esc(remedies),
             esc(&p.trace.path)
         );
     }
