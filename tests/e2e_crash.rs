@@ -317,80 +317,9 @@ fn a_sigkill_at_any_moment_leaves_a_readable_trace_with_every_event_already_flus
     }
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of the trace's `start_monotonic_ns`.
-fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-/// The writer flushes often enough for its promise: with events too sparse to fill a block,
-/// the periodic flushes (a Stats record each) come at most 90 ms apart under the default
-/// 100 ms interval, leaving the rest for compressing and writing the block. (They came
-/// every 100 ms, and a SIGKILL could lose more than 100 ms of events.)
-#[test]
-fn periodic_flushes_leave_room_to_write_within_the_flush_interval() {
-    let dir = scratch("crash_flush_cadence");
-    let trace = dir.join("steady.trace");
-    let run = run_within(under_shim("steady_allocs", &["700"], &trace, &[]), LIMIT);
-    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
-    let (_, records) = decode(&trace);
-    let flushes: Vec<u64> = (records.iter())
-        .filter_map(|r| match r {
-            Record::Stats(s) => Some(s.time_ns),
-            _ => None,
-        })
-        .collect();
-    assert!(
-        flushes.len() >= 7,
-        "{} periodic flushes in 700 ms",
-        flushes.len()
-    );
-    let widest = flushes.windows(2).map(|w| w[1] - w[0]).max().unwrap();
-    assert!(widest <= 90_000_000, "flushes {widest} ns apart");
-}
-
-/// SIGKILL at moments spread over a job's first half second loses at most the flush
-/// interval (100 ms) of a steady stream of events: the last event in the file is never
-/// older than that at the kill, and a job killed before its first 100 ms may have none.
-#[test]
-fn a_sigkill_loses_at_most_the_flush_interval_of_events() {
-    for (i, after_ms) in [30u64, 60, 80, 110, 150, 190, 240, 300, 370, 450]
-        .iter()
-        .enumerate()
-    {
-        let what = format!("killed {after_ms} ms after its first event");
-        let dir = scratch(&format!("crash_lost_window/{i}"));
-        let trace = dir.join("steady.trace");
-        let mut run = Running::start(under_shim("steady_allocs", &[], &trace, &[]));
-        run.wait_for_line("started", LIMIT);
-        std::thread::sleep(Duration::from_millis(*after_ms));
-        let killed_at = monotonic_ns();
-        run.kill();
-        assert_eq!(run.finish(LIMIT).status.signal(), Some(SIGKILL), "{what}");
-        let (header, records, _) = decode_cut(&trace);
-        let start = header["start_monotonic_ns"]
-            .as_u64()
-            .expect("start_monotonic_ns");
-        let last = (records.iter())
-            .filter_map(|r| match r {
-                Record::Alloc(a) => Some(a.time_ns),
-                Record::Free(f) => Some(f.time_ns),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        let lost_ms = killed_at.saturating_sub(start + last) / 1_000_000;
-        assert!(
-            lost_ms <= 100,
-            "{what}: the last {lost_ms} ms of events were lost"
-        );
-    }
-}
+// How much a SIGKILL loses is a matter of time, so it is measured, not asserted:
+// `tests/bench/lost_window.py` (BENCHMARKS.md, "lost window"); the schedule that bounds it
+// (blocks every half flush interval) is unit-tested in shim/src/writer/run.rs.
 
 // ---------------------------------------------------------------------------------------------
 // 3. Fatal signals, the program's own handler, an uncaught exception, _exit

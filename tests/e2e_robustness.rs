@@ -279,14 +279,23 @@ fn the_public_c_api_reports_state_path_and_version() {
     assert_eq!(
         run.stdout(),
         format!(
-            "active=1\npath={}\nversion={version}\n",
+            "active=1\npath={}\nversion={version}\nranges=0,1,1,0,-1\n\
+             memory=0:0,0,0,0,0\n",
             run.trace.display()
         )
     );
+    // The two ranges are NVTX's: pushed and popped on the trace.
+    let s = report("summary", &run.trace, &["--by", "range"]);
+    assert_eq!(s["by_range"]["nvtx"]["pushes"], 2);
+    assert_eq!(s["by_range"]["nvtx"]["pops"], 2);
     let off = run_profiled(&dir, "c_api", &[], &[("GPUMEMPROF_DISABLE", "1")]);
+    // Disabled: NVTX's levels all the same, and no figures (the struct left alone).
     assert_eq!(
         off.stdout(),
-        format!("active=0\npath=(null)\nversion={version}\n")
+        format!(
+            "active=0\npath=(null)\nversion={version}\nranges=0,1,1,0,-1\n\
+             memory=-1:1,1,1,1,1\n"
+        )
     );
 }
 

@@ -11,6 +11,21 @@ use serde_json::Value;
 use crate::profiled::{preload, succeeded};
 use crate::torch_package::package;
 
+/// How many times a run that PyTorch aborted in the interpreter's teardown is made again.
+pub const TEARDOWN_RETRIES: usize = 2;
+
+/// PyTorch #190489: autograd's device thread, releasing the last graph's Python objects
+/// while the interpreter finalizes, is unwound through a `noexcept` frame and the process
+/// aborts with "terminate called without an active exception", after the program's last
+/// line. It happens without the shim too (1 run in 40 of `torch_train.py 4` on this
+/// machine under load, with and without it): such a run is made again, not failed.
+pub fn aborted_in_teardown(status: &std::process::ExitStatus, stderr: &str) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    const SIGABRT: i32 = 6;
+    status.signal() == Some(SIGABRT)
+        && stderr.contains("terminate called without an active exception")
+}
+
 /// One run of a program on the torch package.
 pub struct Job {
     pub output: Output,
@@ -37,12 +52,22 @@ impl Job {
         trace: Option<&Path>,
         code: i32,
     ) -> Job {
-        let mut cmd = package().script(script, args);
-        if let Some(t) = trace {
-            preload(&mut cmd, t);
+        let run = || {
+            let mut cmd = package().script(script, args);
+            if let Some(t) = trace {
+                preload(&mut cmd, t);
+            }
+            cmd.envs(env.iter().copied());
+            cmd.output().unwrap_or_else(|e| panic!("run {script}: {e}"))
+        };
+        let mut output = run();
+        for _ in 0..TEARDOWN_RETRIES {
+            if !aborted_in_teardown(&output.status, &String::from_utf8_lossy(&output.stderr)) {
+                break;
+            }
+            eprintln!("{script}: PyTorch #190489 aborted the interpreter's teardown: run again");
+            output = run();
         }
-        cmd.envs(env.iter().copied());
-        let output = cmd.output().unwrap_or_else(|e| panic!("run {script}: {e}"));
         assert_eq!(
             output.status.code(),
             Some(code),

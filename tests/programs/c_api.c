@@ -9,6 +9,8 @@
  *   active=<gpumemprof_is_active()>          or "api absent" without the shim
  *   path=<gpumemprof_trace_path() or (null)>
  *   version=<gpumemprof_version()>
+ *   ranges=<push "load">,<push "parse">,<pop>,<pop>,<pop with none open>  (the levels)
+ *   memory=<gpumemprof_memory()>:<its five figures, comma-separated>   (no PyTorch: zeros)
  * and exits 0.
  */
 #include "../../include/gpumemprof.h"
@@ -33,5 +35,19 @@ int main(void)
     }
     const char *path = trace_path();
     printf("active=%d\npath=%s\nversion=%s\n", is_active(), path ? path : "(null)", version());
+    __typeof__(gpumemprof_range_push) *push = (__typeof__(gpumemprof_range_push) *)dlsym(RTLD_DEFAULT, "gpumemprof_range_push");
+    __typeof__(gpumemprof_range_pop) *pop = (__typeof__(gpumemprof_range_pop) *)dlsym(RTLD_DEFAULT, "gpumemprof_range_pop");
+    __typeof__(gpumemprof_memory) *memory = (__typeof__(gpumemprof_memory) *)dlsym(RTLD_DEFAULT, "gpumemprof_memory");
+    if (!push || !pop || !memory) {
+        printf("ranges absent\n");
+        return 0;
+    }
+    int a = push("load"), b = push("parse"), c = pop(), d = pop(), e = pop();
+    printf("ranges=%d,%d,%d,%d,%d\n", a, b, c, d, e);
+    struct gpumemprof_memory m = {1, 1, 1, 1, 1};
+    int rc = memory(&m, sizeof m);
+    printf("memory=%d:%llu,%llu,%llu,%llu,%llu\n", rc, (unsigned long long)m.allocated_bytes,
+           (unsigned long long)m.reserved_bytes, (unsigned long long)m.peak_allocated_bytes,
+           (unsigned long long)m.peak_reserved_bytes, (unsigned long long)m.scope_peak_allocated_bytes);
     return 0;
 }

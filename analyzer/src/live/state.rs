@@ -174,9 +174,7 @@ impl LiveState {
     /// refuses the block (`replay/attempts.rs`): on a device with tensors only the refusal
     /// is alerted.
     fn out_of_memory(&mut self, f: &gpumemprof_format::AllocFailed) {
-        if f.result != gpumemprof_format::OUT_OF_MEMORY
-            || (f.kind != MemKind::Tensor && self.tensor_devices.contains(&f.device))
-        {
+        if !crate::replay::attempts::is_error(f, self.tensor_devices.contains(&f.device)) {
             return;
         }
         let used = self.device_used(f.device);

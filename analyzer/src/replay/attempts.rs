@@ -9,7 +9,18 @@
 //! thread's last tensor event; a refusal takes them as its own, a tensor handed out drops
 //! them (the allocator recovered: they stay failures of their own, made good by a retry).
 
+use gpumemprof_format::{AllocFailed, MemKind, OUT_OF_MEMORY};
+
 use crate::fasthash::FastMap;
+
+/// Whether a failed allocation is an out-of-memory error of the program's on its own, for
+/// the views that cannot wait for the thread's next event (`track`'s alerts, `run`'s next
+/// command): a framework allocator's refusal, or a failed CUDA call on a device where no
+/// framework allocator hands out tensors (`tensor_device` false); there a failed CUDA call
+/// is the allocator's attempt, its error only once it refuses the block.
+pub fn is_error(f: &AllocFailed, tensor_device: bool) -> bool {
+    f.result == OUT_OF_MEMORY && (f.kind == MemKind::Tensor || !tensor_device)
+}
 
 /// Out-of-memory failures of CUDA calls, per thread, not yet followed by a tensor event.
 #[derive(Debug, Default)]

@@ -36,6 +36,7 @@
 
 use super::alloc::on_failure;
 use super::record::{hooked, record, Rec};
+use crate::capture::figures;
 use crate::sys::clock;
 use crate::sys::dl;
 use crate::sys::event::{EventKind, OUT_OF_MEMORY, TENSOR_FREE};
@@ -95,6 +96,7 @@ fn report(
         r.aux = if alloc_size < 0 { TENSOR_FREE } else { 0 };
         r.stream = allocated;
         r.pool = reserved;
+        figures::tensor(r.device, alloc_size, reserved);
         record(me, r);
     });
 }

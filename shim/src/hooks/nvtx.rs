@@ -296,6 +296,17 @@ fn pop_level(domain: u64) -> c_int {
         .unwrap_or(-1)
 }
 
+/// `gpumemprof_range_push` (the C API): a range of NVTX's default domain on this thread,
+/// exactly as `nvtxRangePushA(name)` opens one; its level, 0-based.
+pub(crate) fn api_push(name: *const c_char) -> c_int {
+    push(0, || message_of(name, ascii))
+}
+
+/// `gpumemprof_range_pop`: as `nvtxRangePop()`.
+pub(crate) fn api_pop() -> c_int {
+    pop(0)
+}
+
 fn push(domain: u64, name: impl FnOnce() -> u64) -> c_int {
     let level = push_level(domain);
     record(NvtxOp::Push, domain, 0, name);

@@ -187,3 +187,32 @@ impl Pipeline {
         self.writer_finished.store(true, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{flush_period, reorder_window};
+
+    #[test]
+    fn blocks_are_written_every_half_flush_interval_after_a_short_reorder_window() {
+        // The default 100 ms: a block every 50 ms (the other half is the margin for writing
+        // it), events held 2 ms for ordering.
+        assert_eq!(flush_period(100_000_000), 50_000_000);
+        assert_eq!(reorder_window(100_000_000), 2_000_000);
+        // 4 ms: every 2 ms, held a quarter of the interval (1 ms).
+        assert_eq!(flush_period(4_000_000), 2_000_000);
+        assert_eq!(reorder_window(4_000_000), 1_000_000);
+        // The shortest interval (1 ms): every 0.5 ms, held 0.25 ms.
+        assert_eq!(flush_period(1_000_000), 500_000);
+        assert_eq!(reorder_window(1_000_000), 250_000);
+        // Never more often than every 0.1 ms, whatever the interval.
+        assert_eq!(flush_period(100_000), 100_000);
+        // Each period and window, together, fit in the interval they serve.
+        for flush_ms in [1u64, 2, 10, 100, 1000, 60_000] {
+            let flush = flush_ms * 1_000_000;
+            assert!(
+                flush_period(flush) + reorder_window(flush) <= flush,
+                "{flush_ms} ms"
+            );
+        }
+    }
+}

@@ -82,7 +82,7 @@ fn launch(args: &Args) -> Result<u8, Error> {
     let shim = find_shim(&exe).ok_or_else(|| {
         let dir = exe.parent().unwrap_or(Path::new("."));
         Error::Failed(format!(
-            "{SHIM} not found beside {exe} (looked in {dir}, {dir}/deps and {dir}/../lib): install it there, or run the program with LD_PRELOAD=/path/to/{SHIM}",
+            "{SHIM} not found beside {exe} (looked in {dir}, {dir}/deps, {dir}/../lib and the gpumemprof Python package under {dir}/../lib/python3.*/site-packages): install it there, or run the program with LD_PRELOAD=/path/to/{SHIM}",
             exe = exe.display(),
             dir = dir.display()
         ))
@@ -144,7 +144,8 @@ fn launch(args: &Args) -> Result<u8, Error> {
 
 /// `libgpumemprof.so` beside `exe` (a cargo build folder: the newer of it and `deps/`'s,
 /// as tests/support.rs `newest_shim` picks), else in the install layout `<prefix>/bin`
-/// -> `<prefix>/lib`.
+/// -> `<prefix>/lib`, else in the Python package beside it (`pip install gpumemprof`:
+/// `<prefix>/bin` -> `<prefix>/lib/python3.X/site-packages/gpumemprof/libgpumemprof*.so`).
 pub fn find_shim(exe: &Path) -> Option<PathBuf> {
     let dir = exe.parent()?;
     let beside = [dir.join(SHIM), dir.join("deps").join(SHIM)]
@@ -153,9 +154,46 @@ pub fn find_shim(exe: &Path) -> Option<PathBuf> {
         .max_by_key(|(modified, _)| *modified)
         .map(|(_, p)| p);
     beside.or_else(|| {
-        let installed = dir.parent()?.join("lib").join(SHIM);
-        installed.is_file().then_some(installed)
+        let lib = dir.parent()?.join("lib");
+        let installed = lib.join(SHIM);
+        if installed.is_file() {
+            return Some(installed);
+        }
+        python_package_shim(&lib)
     })
+}
+
+/// The shim of the `gpumemprof` Python package under `lib` (`python3.X/site-packages/
+/// gpumemprof/`, the newest Python first), named as setuptools-rust names it
+/// (`libgpumemprof.abi3.so`).
+fn python_package_shim(lib: &Path) -> Option<PathBuf> {
+    let mut pythons: Vec<PathBuf> = (std::fs::read_dir(lib).ok()?)
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            (p.file_name().and_then(|n| n.to_str())).is_some_and(|n| n.starts_with("python3"))
+        })
+        .collect();
+    pythons.sort_by_key(|p| std::cmp::Reverse(python_minor(p)));
+    pythons.into_iter().find_map(|py| {
+        let package = py.join("site-packages").join("gpumemprof");
+        let mut shims: Vec<PathBuf> = (std::fs::read_dir(&package).ok()?)
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                (p.file_name().and_then(|n| n.to_str()))
+                    .is_some_and(|n| n.starts_with("libgpumemprof") && n.ends_with(".so"))
+            })
+            .collect();
+        shims.sort();
+        shims.into_iter().next()
+    })
+}
+
+/// `python3.12` -> 12 (0 when it does not parse).
+fn python_minor(dir: &Path) -> u32 {
+    (dir.file_name().and_then(|n| n.to_str()))
+        .and_then(|n| n.strip_prefix("python3."))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Whether the template names a different file per process (`%p`, or `%t`, which the
@@ -499,6 +537,18 @@ mod tests {
         assert_eq!(
             find_shim(&bin.join("gpumemprof")),
             Some(root.join("lib").join(SHIM))
+        );
+        // pip's layout: the package's shim, in the newest Python's site-packages.
+        std::fs::remove_file(root.join("lib").join(SHIM)).unwrap();
+        for py in ["python3.9", "python3.11"] {
+            let package = root.join("lib").join(py).join("site-packages/gpumemprof");
+            std::fs::create_dir_all(&package).unwrap();
+            std::fs::write(package.join("libgpumemprof.abi3.so"), b"").unwrap();
+            std::fs::write(package.join("__init__.py"), b"").unwrap();
+        }
+        assert_eq!(
+            find_shim(&bin.join("gpumemprof")),
+            Some(root.join("lib/python3.11/site-packages/gpumemprof/libgpumemprof.abi3.so"))
         );
         std::fs::create_dir_all(bin.join("deps")).unwrap();
         std::fs::write(bin.join("deps").join(SHIM), b"").unwrap();

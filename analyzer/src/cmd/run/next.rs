@@ -9,7 +9,9 @@
 use std::io::BufReader;
 use std::path::Path;
 
-use gpumemprof_format::{MemKind, Record, TraceReader, OUT_OF_MEMORY};
+use gpumemprof_format::{Record, TraceReader, OUT_OF_MEMORY};
+
+use crate::replay::attempts::is_error;
 
 /// Whether the trace at `path` holds an out-of-memory error; false when it cannot be read.
 pub fn ran_out_of_memory(path: &Path) -> bool {
@@ -20,23 +22,20 @@ pub fn ran_out_of_memory(path: &Path) -> bool {
         return false;
     };
     let mut tensor_devices: Vec<i32> = Vec::new();
-    let mut failed_cuda: Vec<i32> = Vec::new();
+    let mut failed_cuda = Vec::new();
     while let Ok(Some(record)) = reader.next_salvaged() {
         match record {
             Record::Tensor(t) if !tensor_devices.contains(&t.device) => {
                 tensor_devices.push(t.device)
             }
-            Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => {
-                if f.kind == MemKind::Tensor {
-                    return true;
-                }
-                failed_cuda.push(f.device);
-            }
+            // A refusal is an error at once; a CUDA call's failure is judged at the end,
+            // once every device that had tensors is known.
+            Record::AllocFailed(f) if is_error(&f, true) => return true,
+            Record::AllocFailed(f) if f.result == OUT_OF_MEMORY => failed_cuda.push(f),
             _ => {}
         }
     }
-    // A CUDA failure counts where no framework allocator handed out tensors.
-    failed_cuda.iter().any(|d| !tensor_devices.contains(d))
+    (failed_cuda.iter()).any(|f| is_error(f, tensor_devices.contains(&f.device)))
 }
 
 /// The closing "next:" command for these traces (quoted for a shell), the command's own

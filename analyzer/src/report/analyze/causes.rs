@@ -6,7 +6,7 @@
 //! (its sentence and evidence), and the memory at exit is counted without the growing
 //! sites' (`heuristics`: the finding stays only for what other sites left).
 
-use super::model::Finding;
+use super::model::{growth_sentence, row_place, Finding};
 
 /// Folds each `monotonic_growth` finding its row's `site_still_growing` findings explain
 /// into the largest of them.
@@ -37,11 +37,18 @@ pub fn fold_growth(findings: Vec<Finding>) -> Vec<Finding> {
         else {
             continue;
         };
-        let sentence = growth
-            .message
-            .split_once(" grows: ")
-            .map_or(growth.message.as_str(), |(_, how)| how);
-        site.message = format!("{}; on {}, {sentence}", site.message, place(&growth));
+        let number = |key| growth.evidence.get(key).copied().unwrap_or(0);
+        let sentence = growth_sentence(
+            number("first_low_bytes"),
+            number("last_low_bytes"),
+            number("lows"),
+            number("growth_per_cycle_bytes"),
+        );
+        let place = match (growth.device, growth.kind) {
+            (Some(d), Some(k)) => row_place(d, k),
+            _ => "its device".to_string(),
+        };
+        site.message = format!("{}; on {place}, {sentence}", site.message);
         for key in [
             "lows",
             "first_low_bytes",
@@ -55,14 +62,6 @@ pub fn fold_growth(findings: Vec<Finding>) -> Vec<Finding> {
         site.evidence.insert("growth_bytes", growth.bytes);
     }
     out
-}
-
-/// "device 0 device memory", as the growth finding names its row.
-fn place(growth: &Finding) -> String {
-    growth
-        .message
-        .split_once(" grows: ")
-        .map_or_else(|| "its device".to_string(), |(place, _)| place.to_string())
 }
 
 #[cfg(test)]
@@ -80,11 +79,19 @@ mod tests {
             stack_id: None,
             frames: Vec::new(),
             message: message.to_string(),
-            evidence: [("lows", 4)].into_iter().collect(),
+            evidence: [
+                ("lows", 4),
+                ("first_low_bytes", 1 << 20),
+                ("last_low_bytes", 4 << 20),
+                ("growth_per_cycle_bytes", 1 << 20),
+            ]
+            .into_iter()
+            .collect(),
         }
     }
 
-    const GROWTH: &str = "device 0 device memory grows: its low points rose from 1 to 4";
+    const GROWTH: &str = "device 0 device memory grows: its low points rose from 1.0 MiB \
+                          (1048576 B) to 4.0 MiB (4194304 B) over 4 cycles (1.0 MiB (1048576 B) per cycle)";
 
     #[test]
     fn a_growth_its_sites_hold_is_told_by_the_largest_site() {
@@ -97,7 +104,8 @@ mod tests {
         assert_eq!(heuristics, ["site_still_growing", "site_still_growing"]);
         assert_eq!(
             out[0].message,
-            "A; on device 0 device memory, its low points rose from 1 to 4"
+            "A; on device 0 device memory, its low points rose from 1.0 MiB (1048576 B) to \
+             4.0 MiB (4194304 B) over 4 cycles (1.0 MiB (1048576 B) per cycle)"
         );
         assert_eq!(out[0].evidence.get("growth_bytes"), Some(&(3 << 20)));
         assert_eq!(out[1].message, "B");

@@ -176,7 +176,7 @@ impl Analysis {
         };
 
         for (&(device, kind), row) in &self.rows {
-            let place = format!("device {} {} memory", units::device(device), kind.name());
+            let place = row_place(device, kind.name());
             let growth = row.last_low.saturating_sub(row.first_low);
             if row.lows >= GROWTH_MIN_LOWS
                 && growth >= GROWTH_MIN_BYTES
@@ -192,12 +192,8 @@ impl Analysis {
                     0,
                     None,
                     format!(
-                        "{place} grows: its low points rose from {} to {} over {} cycles \
-                         ({} per cycle)",
-                        units::bytes_exact(row.first_low),
-                        units::bytes_exact(row.last_low),
-                        row.lows,
-                        units::bytes_exact(per_cycle)
+                        "{place} grows: {}",
+                        growth_sentence(row.first_low, row.last_low, row.lows, per_cycle)
                     ),
                     &[
                         ("lows", row.lows),

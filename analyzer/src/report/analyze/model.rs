@@ -159,3 +159,20 @@ impl AnalyzeReport {
             .count()
     }
 }
+
+/// "device 0 device memory": how findings name a (device, kind) row.
+pub fn row_place(device: i32, kind: &str) -> String {
+    format!("device {} {kind} memory", crate::units::device(device))
+}
+
+/// How a row's low points rose: the `monotonic_growth` finding's sentence after its row,
+/// from the numbers of its evidence.
+pub fn growth_sentence(first_low: u64, last_low: u64, lows: u64, per_cycle: u64) -> String {
+    use crate::units::bytes_exact;
+    format!(
+        "its low points rose from {} to {} over {lows} cycles ({} per cycle)",
+        bytes_exact(first_low),
+        bytes_exact(last_low),
+        bytes_exact(per_cycle)
+    )
+}
