@@ -8,6 +8,9 @@
 # usage: tests/bench/ab.sh STACKS RUNS PAIRS SHIM.so [SHIM.so ...]
 #   e.g. cp target/release/libgpumemprof.so /tmp/new.so (and an older build to /tmp/old.so);
 #        tests/bench/ab.sh off 9 1000000 /tmp/old.so /tmp/new.so
+# The floor of the design is one of the builds to compare with: the minimal interposer of
+# tests/programs/floor_interposer.c, built beside bench_loop as bin/libfloor_interposer.so
+# (it ignores GPUMEMPROF_STACKS).
 # Needs perf, and a release build of the tests crate (cargo build --release --workspace).
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)

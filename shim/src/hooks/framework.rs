@@ -96,7 +96,7 @@ fn report(
         r.aux = if alloc_size < 0 { TENSOR_FREE } else { 0 };
         r.stream = allocated;
         r.pool = reserved;
-        figures::tensor(r.device, alloc_size, reserved);
+        figures::tensor(r.device, allocated, reserved);
         record(me, r);
     });
 }
