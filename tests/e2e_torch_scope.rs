@@ -1,5 +1,5 @@
 //! End to end on the real thing: the Python package's `gpumemprof.scope`, `live()` and
-//! `peak()` (python/gpumemprof/scope.py, through the shim's C API) in a program of the
+//! `peak()` (python/gpumemprof/_api.py, through the shim's C API) in a program of the
 //! unmodified torch package (see `torch_package`): the figures equal PyTorch's own
 //! (`torch.cuda.memory_allocated()`, `max_memory_allocated()` since the scope began), the
 //! scopes are ranges every range report shows, and without the shim the same program runs

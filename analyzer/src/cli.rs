@@ -127,6 +127,7 @@ enum Command {
 /// `--by` reads one trace: with several, a usage error (exit 2).
 fn check_by(input: &Input) {
     one_trace_only(input, input.by.is_some(), "--by range");
+    one_trace_only(input, input.range.is_some(), "--range");
 }
 
 /// `flag` (given when `given`) reads one trace file: a usage error with several.

@@ -33,3 +33,4 @@ pub mod torch_frames;
 pub mod units;
 pub mod views;
 pub mod whatif;
+pub mod window;

@@ -11,9 +11,19 @@ of your own).
 import glob
 import os
 
-from .scope import Live, Peak, live, peak, scope
+from ._api import Live, Peak, flush, live, peak, recording, scope, trace_path
 
-__all__ = ["Live", "Peak", "live", "peak", "scope", "shim_path"]
+__all__ = [
+    "Live",
+    "Peak",
+    "flush",
+    "live",
+    "peak",
+    "recording",
+    "scope",
+    "shim_path",
+    "trace_path",
+]
 
 __version__ = "0.1.0"
 

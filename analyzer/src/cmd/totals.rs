@@ -10,12 +10,13 @@ use crate::cmd::common::{emit, gate};
 use crate::cmd::ranks;
 use crate::error::Error;
 use crate::input::{load, load_keeping_exit, warn_all};
-use crate::replay::Replayed;
+use crate::replay::{Loaded, Replayed};
 use crate::report::by_range::{self, By};
 use crate::report::level::MemoryLevel;
 use crate::report::teardown::Teardown;
 use crate::report::{leaks, peak, summary, TraceInfo, DEFAULT_FRAMES};
 use crate::symbolize::Symbolizer;
+use crate::window::{self, Window};
 
 #[derive(Debug, Args)]
 pub struct Input {
@@ -31,6 +32,25 @@ pub struct Input {
     /// Group memory by the innermost NVTX range open on the allocating thread (one trace).
     #[arg(long, value_enum, value_name = "WHAT")]
     pub by: Option<By>,
+    /// Only what was allocated while NVTX range (or scope) NAME was open, on any thread,
+    /// up to its end (its first occurrence; one trace).
+    #[arg(long, value_name = "NAME")]
+    pub range: Option<String>,
+}
+
+impl Input {
+    /// The trace replayed: whole, or through `--range`'s window (then `keeping_exit` does
+    /// not apply: the window ends before any teardown).
+    fn load(&self, keeping_exit: bool) -> Result<(Loaded, Option<Window>), Error> {
+        match &self.range {
+            Some(name) => {
+                let w = window::find(&self.trace, name)?;
+                Ok((window::load(&self.trace, &w)?, Some(w)))
+            }
+            None if keeping_exit => Ok((load_keeping_exit(&self.trace, &mut [])?, None)),
+            None => Ok((load(&self.trace)?, None)),
+        }
+    }
 }
 
 impl Input {
@@ -76,8 +96,10 @@ pub fn summary(
         };
         return ranks::run(&traces, &opts);
     }
-    let loaded = load(&input.trace)?;
-    let mut report = summary::build(TraceInfo::new(&input.trace, &loaded), &loaded.replayed);
+    let (loaded, window) = input.load(false)?;
+    let mut info = TraceInfo::new(&input.trace, &loaded);
+    info.window = window;
+    let mut report = summary::build(info, &loaded.replayed);
     let kinds = crate::kinds::at_peaks(&loaded.replayed, &mut Symbolizer::of(&loaded));
     summary::add_kinds(&mut report, &kinds);
     if input.by == Some(By::Range) {
@@ -197,15 +219,12 @@ fn sites<T: Serialize>(
     if let Some(traces) = input.several() {
         return ranks::run(&traces, &several);
     }
-    let loaded = if teardown {
-        load_keeping_exit(&input.trace, &mut [])?
-    } else {
-        load(&input.trace)?
-    };
+    let (loaded, window) = input.load(teardown)?;
     let r = &loaded.replayed;
     let mut sym = Symbolizer::of(&loaded);
     let teardown = Teardown::find(&r.exit_tail, &mut sym);
-    let trace = TraceInfo::new(&input.trace, &loaded);
+    let mut trace = TraceInfo::new(&input.trace, &loaded);
+    trace.window = window;
     let (report, text, (what, value, flag, limit)) = build(
         trace,
         r,

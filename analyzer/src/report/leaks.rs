@@ -200,7 +200,9 @@ pub fn build(
 pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
     let when = report.trace.live_when();
-    if let Some(s) = &report.trace.stopped {
+    if report.trace.window.is_some() {
+        // What the range left live: how the process ended does not change it.
+    } else if let Some(s) = &report.trace.stopped {
         writeln!(
             out,
             "Recording stopped at {} ({}): \"live\" means live then, not leaked at exit.",

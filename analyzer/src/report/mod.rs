@@ -77,6 +77,10 @@ pub struct TraceInfo {
     /// header; shown by `summary` as its own `framework` object, not inside `trace`.
     #[serde(skip)]
     pub framework: framework::Framework,
+    /// `--range NAME`: only what was allocated while that range was open (absent
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::window::Window>,
 }
 
 impl TraceInfo {
@@ -121,6 +125,7 @@ impl TraceInfo {
                 words: reason.words(),
             }),
             framework: framework::Framework::from_header(header),
+            window: None,
         }
     }
 
@@ -164,6 +169,15 @@ impl TraceInfo {
         }
         if let Some(words) = self.damage_words() {
             writeln!(out, "WARNING: {words}")?;
+        }
+        if let Some(w) = &self.window {
+            let to = w.to_ns.map_or("the end".to_string(), units::secs);
+            writeln!(
+                out,
+                "only what was allocated in range {:?}, open from {} to {to}, on any thread",
+                w.range,
+                units::secs(w.from_ns)
+            )?;
         }
         writeln!(out)
     }
@@ -260,7 +274,9 @@ impl TraceInfo {
     /// When "live at the end" was taken, for the leak lines: `at exit`, `when the process
     /// died` or `when the trace stopped`.
     pub fn live_when(&self) -> &'static str {
-        if self.died_of().is_some() {
+        if self.window.is_some() {
+            "when the range closed"
+        } else if self.died_of().is_some() {
             "when the process died"
         } else if self.stopped.is_some() {
             "when recording stopped"

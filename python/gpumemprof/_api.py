@@ -29,6 +29,12 @@ class _Shim:
     """The shim's functions in this process, or None when it is not loaded."""
 
     def __init__(self, process):
+        self.is_active = process.gpumemprof_is_active
+        self.is_active.restype = ctypes.c_int
+        self.flush = process.gpumemprof_flush
+        self.flush.restype = ctypes.c_int
+        self.trace_path = process.gpumemprof_trace_path
+        self.trace_path.restype = ctypes.c_char_p
         self.push = process.gpumemprof_range_push
         self.push.argtypes = [ctypes.c_char_p]
         self.push.restype = ctypes.c_int
@@ -74,6 +80,24 @@ def _figures() -> Optional[_Figures]:
     if _SHIM.memory(ctypes.byref(f), ctypes.sizeof(f)) != 0:
         return None
     return f
+
+
+def recording() -> bool:
+    """Whether the shim is loaded and recording this process."""
+    return _SHIM is not None and _SHIM.is_active() == 1
+
+
+def trace_path() -> Optional[str]:
+    """The trace file the shim writes, or None when it is not recording."""
+    if _SHIM is None:
+        return None
+    path = _SHIM.trace_path()
+    return path.decode("utf-8", "surrogateescape") if path else None
+
+
+def flush() -> bool:
+    """Writes every event recorded so far to the trace file; False when not recording."""
+    return _SHIM is not None and _SHIM.flush() == 0
 
 
 def live() -> Optional[Live]:
