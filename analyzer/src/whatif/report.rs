@@ -252,6 +252,7 @@ pub fn analyze(path: &Path, request: &Request) -> Result<WhatIfReport, Error> {
             }
         })
         .collect();
+    crate::input::warn_all(sym.take_warnings());
     let mut notes = vec![
         "one stream: the trace does not record tensors' streams, so blocks freed on one \
          stream are taken as reusable on every other (optimistic where a job uses several \
