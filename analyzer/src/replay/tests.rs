@@ -4,7 +4,16 @@ use super::*;
 use gpumemprof_format::Stats;
 use gpumemprof_format::{Alloc, AllocFailed, Free, MemKind, Sample, FREE_RANGE};
 
-fn alloc(t: u64, device: i32, kind: MemKind, address: u64, size: u64, stack: u64) -> Record {
+/// An allocation of thread 1 (API 0), for the replay's tests and the other modules' that
+/// feed it records.
+pub(crate) fn alloc(
+    t: u64,
+    device: i32,
+    kind: MemKind,
+    address: u64,
+    size: u64,
+    stack: u64,
+) -> Record {
     Record::Alloc(Alloc {
         time_ns: t,
         tid: 1,
@@ -34,7 +43,8 @@ fn free_r(t: u64, address: u64, result: u32) -> Record {
     })
 }
 
-fn free(t: u64, address: u64) -> Record {
+/// A successful free of thread 1 (API 1).
+pub(crate) fn free(t: u64, address: u64) -> Record {
     free_r(t, address, 0)
 }
 

@@ -351,27 +351,35 @@ impl Allocator {
             size < self.conf.max_split_size && remaining > SMALL_SIZE
         };
         if split {
-            let rest = self.new_block(Block {
-                addr: b.addr + size,
-                size: remaining,
-                allocated: false,
-                mapped: true,
-                prev: Some(id),
-                next: b.next,
-                pool: b.pool,
-                es: b.es,
-                gc_base: 0,
-            });
-            if let Some(n) = b.next {
-                self.block_mut(n).prev = Some(rest);
-            }
-            let block = self.block_mut(id);
-            block.next = Some(rest);
-            block.size = size;
+            let rest = self.split_off(id, size, true);
             self.insert_free(rest);
         }
         self.block_mut(id).allocated = true;
         self.allocated += self.block(id).size;
+    }
+
+    /// Cuts block `id` after its first `keep` bytes: the rest becomes a block of its own
+    /// (`mapped` as given, free, in no pool yet), right after it in the segment.
+    pub(super) fn split_off(&mut self, id: Id, keep: u64, mapped: bool) -> Id {
+        let b = self.block(id).clone();
+        let rest = self.new_block(Block {
+            addr: b.addr + keep,
+            size: b.size - keep,
+            allocated: false,
+            mapped,
+            prev: Some(id),
+            next: b.next,
+            pool: b.pool,
+            es: b.es,
+            gc_base: 0,
+        });
+        if let Some(n) = b.next {
+            self.block_mut(n).prev = Some(rest);
+        }
+        let block = self.block_mut(id);
+        block.next = Some(rest);
+        block.size = keep;
+        rest
     }
 
     /// `free` and `free_block`: the block merges with free neighbours and goes back to its

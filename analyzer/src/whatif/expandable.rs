@@ -79,22 +79,7 @@ impl Allocator {
         self.unmapped[b.pool].remove(&(b.addr, id));
         self.block_mut(id).mapped = true;
         if mapped < b.size {
-            let rest = self.new_block(Block {
-                addr: b.addr + mapped,
-                size: b.size - mapped,
-                allocated: false,
-                mapped: false,
-                prev: Some(id),
-                next: b.next,
-                pool: b.pool,
-                es: b.es,
-                gc_base: 0,
-            });
-            if let Some(n) = b.next {
-                self.block_mut(n).prev = Some(rest);
-            }
-            self.block_mut(id).next = Some(rest);
-            self.block_mut(id).size = mapped;
+            let rest = self.split_off(id, mapped, false);
             self.unmapped[b.pool].insert((b.addr + mapped, rest));
         }
         let (prev, next) = (self.block(id).prev, self.block(id).next);
@@ -161,17 +146,7 @@ impl Allocator {
             self.insert_free(before);
         }
         if to < b.addr + b.size {
-            let after = self.new_block(Block {
-                addr: to,
-                size: b.addr + b.size - to,
-                prev: Some(id),
-                next: b.next,
-                ..b.clone()
-            });
-            if let Some(n) = b.next {
-                self.block_mut(n).prev = Some(after);
-            }
-            self.block_mut(id).next = Some(after);
+            let after = self.split_off(id, to - b.addr, true);
             self.insert_free(after);
         }
         let block = self.block_mut(id);

@@ -183,55 +183,32 @@ fn a_segment_goes_where_the_job_put_it_unless_the_model_has_memory_there() {
 }
 
 mod pass {
-    use gpumemprof_format::{Alloc, Free, MemKind, Record, Tensor, FRAMEWORK_PYTORCH};
+    use gpumemprof_format::{MemKind, Record, Tensor};
 
     use super::MIB;
+    use crate::replay::tests::{alloc, free};
     use crate::torch_conf::AllocConf;
     use crate::whatif::replay::{Scenario, WhatIf};
     use crate::whatif::Device;
 
+    /// A PyTorch tensor event with the allocator's totals after it.
     fn tensor(address: u64, delta: i64, allocated: u64, reserved: u64) -> Record {
-        Record::Tensor(Tensor {
-            time_ns: 0,
-            tid: 1,
-            framework: FRAMEWORK_PYTORCH,
-            device: 0,
-            address,
-            delta,
-            allocated,
-            reserved,
-            stack: 0,
-        })
+        match crate::replay::tests::tensor(0, 1, address, delta, 0) {
+            Record::Tensor(t) => Record::Tensor(Tensor {
+                allocated,
+                reserved,
+                ..t
+            }),
+            _ => unreachable!("a tensor record"),
+        }
     }
 
     fn segment(address: u64, size: u64) -> Record {
-        Record::Alloc(Alloc {
-            time_ns: 0,
-            tid: 1,
-            api: 1,
-            kind: MemKind::Device,
-            device: 0,
-            address,
-            size,
-            stream: 0,
-            pool: 0,
-            stack: 0,
-        })
+        alloc(0, 0, MemKind::Device, address, size, 0)
     }
 
     fn cuda_free(address: u64) -> Record {
-        Record::Free(Free {
-            time_ns: 0,
-            tid: 1,
-            api: 2,
-            address,
-            stream: 0,
-            stack: 0,
-            result: 0,
-            flags: 0,
-            kind: MemKind::Device,
-            size: 0,
-        })
+        free(0, address)
     }
 
     #[test]
