@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gpumemprof_tests::profiled::{report, scratch, trace_files};
 use gpumemprof_tests::running::run_within;
-use gpumemprof_tests::torch_job::{aborted_in_teardown, TEARDOWN_RETRIES};
+use gpumemprof_tests::torch_job::again_after_teardown_abort;
 use gpumemprof_tests::torch_package::package;
 use gpumemprof_tests::{program, program_command, shim_path};
 
@@ -50,17 +50,17 @@ fn two_copies_of_the_shim_record_once_and_never_hang_pytorch() {
         both_copies(&mut cmd, &dir, &copy);
         run_within(cmd, Duration::from_secs(120))
     };
-    let mut ended = run();
-    // PyTorch's own abort in the interpreter's teardown (`torch_job::aborted_in_teardown`).
-    for _ in 0..TEARDOWN_RETRIES {
-        if !aborted_in_teardown(&ended.status, &ended.stderr) {
-            break;
-        }
-        for t in trace_files(&dir) {
-            let _ = std::fs::remove_file(t);
-        }
-        ended = run();
-    }
+    // PyTorch's own abort in the interpreter's teardown is not ours: run again.
+    let ended = again_after_teardown_abort(
+        "torch_train.py",
+        run,
+        |e| (e.status, e.stderr.clone()),
+        || {
+            for t in trace_files(&dir) {
+                let _ = std::fs::remove_file(t);
+            }
+        },
+    );
     assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
     stands_down(&ended.stderr, &copy);
     let traces = trace_files(&dir);

@@ -12,18 +12,39 @@ use crate::profiled::{preload, succeeded};
 use crate::torch_package::package;
 
 /// How many times a run that PyTorch aborted in the interpreter's teardown is made again.
-pub const TEARDOWN_RETRIES: usize = 2;
+const TEARDOWN_RETRIES: usize = 2;
 
 /// PyTorch #190489: autograd's device thread, releasing the last graph's Python objects
 /// while the interpreter finalizes, is unwound through a `noexcept` frame and the process
 /// aborts with "terminate called without an active exception", after the program's last
 /// line. It happens without the shim too (1 run in 40 of `torch_train.py 4` on this
 /// machine under load, with and without it): such a run is made again, not failed.
-pub fn aborted_in_teardown(status: &std::process::ExitStatus, stderr: &str) -> bool {
+fn aborted_in_teardown(status: &std::process::ExitStatus, stderr: &str) -> bool {
     use std::os::unix::process::ExitStatusExt;
     const SIGABRT: i32 = 6;
     status.signal() == Some(SIGABRT)
         && stderr.contains("terminate called without an active exception")
+}
+
+/// `run()`, made again (after `clean()`) while PyTorch aborted it in the interpreter's
+/// teardown, at most `TEARDOWN_RETRIES` times; `ended` gives a run's status and stderr.
+pub fn again_after_teardown_abort<T>(
+    script: &str,
+    run: impl Fn() -> T,
+    ended: impl Fn(&T) -> (std::process::ExitStatus, String),
+    mut clean: impl FnMut(),
+) -> T {
+    let mut out = run();
+    for _ in 0..TEARDOWN_RETRIES {
+        let (status, stderr) = ended(&out);
+        if !aborted_in_teardown(&status, &stderr) {
+            break;
+        }
+        eprintln!("{script}: PyTorch #190489 aborted the interpreter's teardown: run again");
+        clean();
+        out = run();
+    }
+    out
 }
 
 /// One run of a program on the torch package.
@@ -60,18 +81,17 @@ impl Job {
             cmd.envs(env.iter().copied());
             cmd.output().unwrap_or_else(|e| panic!("run {script}: {e}"))
         };
-        let mut output = run();
-        for _ in 0..TEARDOWN_RETRIES {
-            if !aborted_in_teardown(&output.status, &String::from_utf8_lossy(&output.stderr)) {
-                break;
-            }
-            eprintln!("{script}: PyTorch #190489 aborted the interpreter's teardown: run again");
-            // The shim never overwrites a trace: the new run's must not go to `TRACE.1`.
-            if let Some(t) = trace {
-                let _ = std::fs::remove_file(t);
-            }
-            output = run();
-        }
+        let output = again_after_teardown_abort(
+            script,
+            run,
+            |o| (o.status, String::from_utf8_lossy(&o.stderr).into_owned()),
+            || {
+                // The shim never overwrites a trace: the new run's must not go to `TRACE.1`.
+                if let Some(t) = trace {
+                    let _ = std::fs::remove_file(t);
+                }
+            },
+        );
         assert_eq!(
             output.status.code(),
             Some(code),

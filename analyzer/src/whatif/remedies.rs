@@ -128,9 +128,7 @@ pub fn propose(path: &Path) -> Result<Option<Remedies>, Error> {
     let verdict = verdict(&tried, needed, available, exceeds_by, oom.size);
     Ok(Some(Remedies {
         job_configuration: own.to_text(),
-        fidelity_matched: device.fidelity.reserved_matched == device.fidelity.events
-            && device.fidelity.allocated_matched == device.fidelity.events
-            && device.fidelity.ooms_matched == device.fidelity.recorded_ooms,
+        fidelity_matched: device.fidelity.matched(),
         oom_time_ns: oom.time_ns,
         request_bytes: oom.size,
         live_tensor_bytes: oom.allocated,

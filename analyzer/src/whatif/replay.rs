@@ -36,8 +36,6 @@ pub struct Oom {
     /// What the allocator tried to get from the device (its message's "Tried to allocate").
     pub tried: u64,
     pub stack: u64,
-    /// Its tensor event, 0-based on its device.
-    pub event: u64,
     /// The job ran out of memory at this very request too.
     pub as_recorded: bool,
     /// Allocated bytes (live tensors) when it was refused.
@@ -69,6 +67,15 @@ pub struct Fidelity {
     pub ooms_matched: u64,
     /// Releases of cached memory outside an allocation (`empty_cache`) run 0 inferred.
     pub empty_cache_calls: u64,
+}
+
+impl Fidelity {
+    /// Every event's reserved and allocated, and every out-of-memory error, reproduced.
+    pub fn matched(&self) -> bool {
+        self.reserved_matched == self.events
+            && self.allocated_matched == self.events
+            && self.ooms_matched == self.recorded_ooms
+    }
 }
 
 /// One run's outcome.
@@ -119,7 +126,7 @@ impl Run {
         }
     }
 
-    fn oom(&mut self, time_ns: u64, size: u64, stack: u64, event: u64, as_recorded: bool) {
+    fn oom(&mut self, time_ns: u64, size: u64, stack: u64, as_recorded: bool) {
         let size = self.alloc.conf.round_size(self.size(size));
         if self.first_oom.is_none() {
             self.first_oom = Some(Oom {
@@ -127,7 +134,6 @@ impl Run {
                 size,
                 tried: self.alloc.conf.allocation_size(size),
                 stack,
-                event,
                 as_recorded,
                 allocated: self.alloc.allocated,
             });
@@ -315,7 +321,7 @@ impl DeviceRuns {
             };
             own.events += 1;
             if !placed {
-                own.oom(t.time_ns, t.delta.unsigned_abs(), t.stack, event, false);
+                own.oom(t.time_ns, t.delta.unsigned_abs(), t.stack, false);
                 own.stopped = true;
             }
             let f = &mut self.fidelity;
@@ -342,7 +348,7 @@ impl DeviceRuns {
             }
             run.events += 1;
             if !run.apply(t) {
-                run.oom(t.time_ns, t.delta.unsigned_abs(), t.stack, event, false);
+                run.oom(t.time_ns, t.delta.unsigned_abs(), t.stack, false);
                 run.stopped = true;
             }
         }
@@ -350,13 +356,12 @@ impl DeviceRuns {
 
     /// The job's allocator refused a block (`size`, rounded): each run asks for it too.
     fn refused(&mut self, time_ns: u64, size: u64, stack: u64) {
-        let event = self.events;
         self.released = false;
         self.fidelity.recorded_ooms += 1;
         for (i, run) in self.runs.iter_mut().enumerate().filter(|(_, r)| !r.stopped) {
             let asked = run.size(size);
             if run.alloc.malloc(asked, None).is_none() {
-                run.oom(time_ns, size, stack, event, true);
+                run.oom(time_ns, size, stack, true);
                 if i == 0 {
                     self.fidelity.ooms_matched += 1;
                 }

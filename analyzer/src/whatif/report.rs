@@ -198,14 +198,14 @@ pub struct Request {
 
 /// What `replay_trace` gives: the first read's `Loaded`, the job's configuration, each
 /// device as the trace knows it, and each device's runs.
-pub type Replayed = (Loaded, AllocConf, Vec<(i32, Device)>, Vec<DeviceResult>);
+pub type Replays = (Loaded, AllocConf, Vec<(i32, Device)>, Vec<DeviceResult>);
 
 /// Reads the trace and replays it under the job's policy and the scenarios `make` gives
 /// for the job's configuration.
 pub fn replay_trace(
     path: &Path,
     make: impl FnOnce(AllocConf) -> Result<Vec<Scenario>, Error>,
-) -> Result<Replayed, Error> {
+) -> Result<Replays, Error> {
     let mut probe = Probe::default();
     let loaded = crate::input::load_observed(path, &mut [&mut probe])?;
     if !(loaded.replayed.allocators.iter())
@@ -318,7 +318,7 @@ fn scenario_conf(own: AllocConf, request: &Request) -> Result<AllocConf, Error> 
     Ok(conf)
 }
 
-fn replay_with_set(path: &Path, request: &Request) -> Result<Replayed, Error> {
+fn replay_with_set(path: &Path, request: &Request) -> Result<Replays, Error> {
     replay_trace(path, |own| {
         Ok(vec![Scenario {
             conf: scenario_conf(own, request)?,
@@ -360,9 +360,7 @@ fn fidelity(
     site: &mut impl FnMut(u64) -> Option<Frame>,
 ) -> FidelityInfo {
     FidelityInfo {
-        matched: f.reserved_matched == f.events
-            && f.allocated_matched == f.events
-            && f.ooms_matched == f.recorded_ooms,
+        matched: f.matched(),
         tensor_events: f.events,
         reserved_matched: f.reserved_matched,
         allocated_matched: f.allocated_matched,
