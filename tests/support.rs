@@ -10,6 +10,7 @@ pub mod duck;
 pub mod profiled;
 pub mod running;
 pub mod tensorflow;
+pub mod tmux;
 pub mod torch;
 pub mod torch_job;
 pub mod torch_package;

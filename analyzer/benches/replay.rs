@@ -1,6 +1,7 @@
 //! `cargo bench -p gpumemprof-analyzer --bench replay [-- --size 1GB] [--runs N]
 //! [--cli PATH | --no-cli]`: how fast the analyzer reads a trace, on one core.
-//! `-- --live N`: its memory per live allocation and per stack instead. See `gpumemprof_analyzer::bench` and
+//! `-- --live N`: its memory per live allocation and per stack instead; `-- --browse`: the
+//! time `browse` takes to read the trace and to answer each key. See `gpumemprof_analyzer::bench` and
 //! BENCHMARKS.md ("Analyzer").
 
 use std::path::Path;
@@ -20,6 +21,8 @@ fn main() -> ExitCode {
         cli: Some(cli.to_path_buf()),
     };
     let mut live = None;
+    let mut browse = false;
+    let mut given: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let parsed = match arg.as_str() {
@@ -41,13 +44,21 @@ fn main() -> ExitCode {
                 .and_then(|n| n.parse().ok())
                 .map(|n| live = Some(n))
                 .ok_or_else(|| "--live needs a number of allocations".to_string()),
+            "--trace" => args
+                .next()
+                .map(|p| given = Some(p.into()))
+                .ok_or_else(|| "--trace needs the path of a trace".to_string()),
+            "--browse" => {
+                browse = true;
+                Ok(())
+            }
             "--no-cli" => {
                 opts.cli = None;
                 Ok(())
             }
             "--bench" => Ok(()), // passed by `cargo bench`
             other => Err(format!(
-                "unknown argument {other:?} (use --size SIZE, --runs N, --cli PATH, --no-cli, --live N)"
+                "unknown argument {other:?} (use --size SIZE, --runs N, --cli PATH, --no-cli, --live N, --browse [--trace PATH])"
             )),
         };
         if let Err(e) = parsed {
@@ -58,6 +69,14 @@ fn main() -> ExitCode {
     let result = match live {
         // The README's memory bound: 3,000 stacks of 30 frames, then N live allocations.
         Some(n) => memory(n, 3000, 30, &mut std::io::stdout()),
+        None if browse && given.is_some() => {
+            let path = given.expect("just seen");
+            let what = format!("{} bytes", std::fs::metadata(&path).map_or(0, |m| m.len()));
+            gpumemprof_analyzer::bench::browse::run_on(&path, &what, &mut std::io::stdout())
+        }
+        None if browse => {
+            gpumemprof_analyzer::bench::browse::run(&opts.dir, opts.size, &mut std::io::stdout())
+        }
         None => run(&opts, &mut std::io::stdout()),
     };
     match result {

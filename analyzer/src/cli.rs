@@ -93,6 +93,9 @@ enum Command {
     /// Live memory over time per device and kind, with NVML samples and out-of-memory
     /// failures, as SVG or PNG.
     Timeline(crate::cmd::timeline::Args),
+    /// A full-screen terminal browser (over SSH too): memory over time with a cursor, and
+    /// at its moment a call tree of what is live, the top sites, and the leaks at the end.
+    Browse(crate::cmd::browse::Args),
     /// One self-contained HTML file: summary, timeline, flamegraph, peak sites, leaks, OOMs.
     Report(crate::cmd::report::Args),
     /// The trace for other tools: --format chrome (Perfetto), folded (speedscope), csv,
@@ -312,6 +315,7 @@ fn execute(cli: &Cli) -> Result<(), Error> {
         Command::Flamegraph(args) => crate::cmd::flamegraph::run(args),
         Command::Timeline(args) => crate::cmd::timeline::run(args),
         Command::Report(args) => crate::cmd::report::run(args),
+        Command::Browse(args) => crate::cmd::browse::run(args),
         Command::Export(args) => crate::cmd::export::run(args),
         Command::Diff(args) => crate::cmd::diff::run(args),
         Command::Analyze(args) => crate::cmd::analyze::run(args),

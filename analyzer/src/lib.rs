@@ -7,6 +7,7 @@
 //! docs/ARCHITECTURE.md draws the flow.
 
 pub mod bench;
+pub mod browse;
 pub mod cli;
 pub mod cmd;
 pub mod cxx_names;

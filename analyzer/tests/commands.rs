@@ -1323,6 +1323,26 @@ fn whatif_refuses_what_it_cannot_replay_in_one_line() {
     assert_eq!(code(&gpumemprof(&["whatif", p(&bad)])), Some(5));
 }
 
+/// `browse` draws on a terminal (tests/e2e_browse.rs drives it in one): without one it
+/// says so; one trace or two, never three, and a trace or `--pid`, not both.
+#[test]
+fn browse_needs_a_terminal_and_one_or_two_traces() {
+    let dir = TempDir::new("commands", "browse");
+    let trace = write_trace(&dir, "run.trace", &[training(5, true)]);
+    let t = p(&trace);
+    let out = gpumemprof(&["browse", t]);
+    assert_eq!(code(&out), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "gpumemprof: error: browse draws on a terminal and stdout is not one: run it in a \
+         terminal (over SSH, `ssh -t`); for a file, use `gpumemprof report`\n"
+    );
+    assert_eq!(code(&gpumemprof(&["browse", t, t])), Some(1));
+    assert_eq!(code(&gpumemprof(&["browse", t, t, t])), Some(2));
+    assert_eq!(code(&gpumemprof(&["browse"])), Some(2));
+    assert_eq!(code(&gpumemprof(&["browse", t, "--pid", "1"])), Some(2));
+}
+
 #[test]
 fn the_exit_code_table() {
     let dir = TempDir::new("commands", "exit-codes");

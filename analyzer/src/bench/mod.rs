@@ -6,6 +6,7 @@
 //! on a shared machine, wall time measures the neighbours too. It prints numbers and
 //! asserts nothing.
 
+pub mod browse;
 pub mod synth;
 
 use std::fs;

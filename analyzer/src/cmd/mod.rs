@@ -20,6 +20,7 @@ pub mod totals;
 // The checking commands and what they share (`common`: printing, gates; `follow`: the
 // flags of the commands that follow a trace being written).
 pub mod analyze;
+pub mod browse;
 pub mod common;
 pub mod diagnose;
 pub mod diff;

@@ -1,0 +1,320 @@
+//! `gpumemprof browse` in a real terminal (tmux, see `tmux.rs`): traces of a C training loop,
+//! a Python one and a real PyTorch job, driven by keys as a user would, the screens read
+//! back; a trace that cannot be read and a stdout that is not a terminal get one line and
+//! their exit codes.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpumemprof_tests::profiled::{run_profiled, scratch};
+use gpumemprof_tests::tmux::Tmux;
+use gpumemprof_tests::torch_job::Job;
+use gpumemprof_tests::{analyzer_path, repo_root, sim_dir, source_line_of};
+
+fn browse(name: &str, dir: &Path, trace: &Path, width: u16, height: u16) -> Tmux {
+    let command = format!("{} browse {}", analyzer_path().display(), trace.display());
+    Tmux::start(name, dir, &command, width, height)
+}
+
+/// The screen's line holding `text`.
+fn line_with(screen: &str, text: &str) -> String {
+    (screen.lines())
+        .find(|l| l.contains(text))
+        .unwrap_or_else(|| panic!("no line holds {text:?}:\n{screen}"))
+        .to_string()
+}
+
+/// A row of a 100-column screen: the label, then the numbers at the right edge.
+fn row(label: &str, numbers: &str) -> String {
+    format!(
+        "{label}{}{numbers}",
+        " ".repeat(100 - label.chars().count() - numbers.len())
+    )
+}
+
+/// `examples/train_leak.c:LINE` of the line marked `marker`, as the trace's symbols give it
+/// (the absolute path the example was built from: the job ran elsewhere).
+fn c_line(marker: &str) -> String {
+    let file = repo_root().join("examples/train_leak.c");
+    format!(
+        "{}:{}",
+        file.display(),
+        source_line_of("examples/train_leak.c", marker)
+    )
+}
+
+/// 20 steps of `examples/train_leak.c` (its header comment has the numbers): at the peak the
+/// 64 MiB of weights, one step's 30 MiB and the 20 MiB kept by then; at the end the leak.
+#[test]
+fn a_c_training_loop_at_its_peak_its_end_and_its_leak() {
+    let dir = scratch("browse_c");
+    let run = run_profiled(&dir, "train_leak", &["20"], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let t = browse("c", &dir, &run.trace, 100, 30);
+    let s = t.wait_for("at the peak");
+    assert!(line_with(&s, "▶").starts_with("▶ at the peak 0.0"), "{s}");
+    assert!(line_with(&s, "▶").ends_with(" s: 114.0 MiB live"), "{s}");
+    let weights = c_line("GPUMEMPROF-WEIGHTS");
+    assert_eq!(
+        line_with(&s, "GPU 0 device memory"),
+        row("▾ GPU 0 device memory", "114.0 MiB 100.0%       25")
+    );
+    assert_eq!(
+        line_with(&s, &weights),
+        row(
+            &format!("  · main at {weights}"),
+            "64.0 MiB  56.1%        1"
+        )
+    );
+    // The end: the leak alone, its path open.
+    t.keys(&["e"]);
+    let s = t.wait_for("at the end");
+    let leak = c_line("GPUMEMPROF-LEAK");
+    assert_eq!(
+        line_with(&s, &leak),
+        row(
+            &format!("      · keep_for_logging at {leak}"),
+            "20.0 MiB 100.0%       20"
+        )
+    );
+    // The leaks view, and a row's details.
+    t.keys(&["Tab", "Tab"]);
+    let s = t.wait_for(" 20.0 MiB 100.0%       20");
+    assert_eq!(
+        line_with(&s, &leak),
+        row(
+            &format!("  keep_for_logging at {leak}"),
+            "20.0 MiB 100.0%       20"
+        )
+    );
+    t.keys(&["Enter"]);
+    let s = t.wait_for("details");
+    assert!(
+        s.contains("│ Leaked: 20.0 MiB in 20 allocations, still live when the trace ended"),
+        "{s}"
+    );
+    assert!(
+        s.contains("│ Over the whole trace: 20 allocations of 1.0 MiB, the first at "),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!("│   keep_for_logging at {leak}")),
+        "{s}"
+    );
+    // Search from the tree.
+    t.keys(&["Escape", "Tab", "/", "k", "e", "e", "p", "Enter"]);
+    let s = t.wait_for("/keep ");
+    assert!(line_with(&s, &leak).contains("keep_for_logging"), "{s}");
+    // Too small a terminal says so; back at 80x24 it draws again; q quits with 0.
+    t.resize(30, 10);
+    t.wait_for("terminal too small");
+    t.resize(80, 24);
+    t.wait_for("Tree  Top sites  Leaks at end");
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+}
+
+/// `examples/train.py` (8 steps through ctypes): the leak at its Python line, the frames of
+/// its stack in details, Python first.
+#[test]
+fn a_python_loop_shows_its_python_lines() {
+    const EXAMPLE: &str = "examples/train.py";
+    let dir = scratch("browse_python");
+    let trace = dir.join("train.trace");
+    let out = Command::new(analyzer_path())
+        .current_dir(repo_root())
+        .args(["run", "-q", "-o"])
+        .arg(&trace)
+        .args(["--", "python3", EXAMPLE])
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("STEPS", "8")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = browse("python", &dir, &trace, 100, 30);
+    let s = t.wait_for("at the peak");
+    assert!(
+        line_with(&s, "▶").ends_with(" s: 32.0 MiB live · device 16.0 GiB"),
+        "{s}"
+    );
+    // Its leaks: 8 buffers of 1 MiB, from the helper that allocates them.
+    t.keys(&["Tab", "Tab"]);
+    let alloc = format!(
+        "{EXAMPLE}:{}",
+        source_line_of(EXAMPLE, "def device_alloc") + 2
+    );
+    let s = t.wait_for(&alloc);
+    assert_eq!(
+        line_with(&s, &alloc),
+        row(
+            &format!("  device_alloc at {alloc}"),
+            "8.0 MiB 100.0%        8"
+        )
+    );
+    // Its details: the stack, the user's lines, innermost first.
+    t.keys(&["Enter"]);
+    let s = t.wait_for("details");
+    let kept = source_line_of(EXAMPLE, "def keep_for_logging") + 1;
+    let step = source_line_of(EXAMPLE, "        self.keep_for_logging()");
+    assert!(s.contains(&format!("│   device_alloc at {alloc}")), "{s}");
+    assert!(
+        s.contains(&format!("│   Model.keep_for_logging at {EXAMPLE}:{kept}")),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!("│   Model.step at {EXAMPLE}:{step}")),
+        "{s}"
+    );
+    t.keys(&["Escape", "q"]);
+    t.wait_for("EXIT=0");
+}
+
+/// A real PyTorch job (`tests/programs/torch_train.py`, 4 steps): at the peak, cuBLAS's
+/// workspace under the autograd node that made it; at the end, the activations kept in a
+/// module-level list, freed by the interpreter's teardown.
+#[test]
+fn a_pytorch_job_in_pytorchs_terms() {
+    let dir = scratch("browse_torch");
+    let trace = dir.join("train.trace");
+    Job::run("torch_train.py", &["4"], &[], Some(&trace));
+    let t = browse("torch", &dir, &trace, 100, 30);
+    let s = t.wait_for("at the peak");
+    assert!(
+        line_with(&s, "▶").ends_with(" s: 39.3 MiB of tensors (reserved 42.0 MiB)"),
+        "{s}"
+    );
+    assert_eq!(
+        line_with(&s, "cuBLAS workspace"),
+        row("      · cuBLAS workspace", "32.0 MiB  81.4%        1")
+    );
+    assert!(
+        line_with(&s, "AddmmBackward0 (backward)").starts_with("  ▾ AddmmBackward0 (backward) ")
+    );
+    // The segments are there, closed.
+    assert!(line_with(&s, "GPU 0 device memory").starts_with("▸ GPU 0 device memory "));
+    // The leak: 4 activations of 32 KiB held by a module-level list until the program's
+    // code finished.
+    t.keys(&["Tab", "Tab"]);
+    let s = t.wait_for("freed at exit");
+    let forward = source_line_of("tests/programs/torch_train.py", "return self.layers(x)");
+    assert_eq!(
+        line_with(&s, "freed at exit"),
+        row(
+            &format!("  MLP.forward at tests/programs/torch_train.py:{forward} (freed at exit)"),
+            "128.0 KiB 100.0%        4"
+        )
+    );
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+}
+
+/// Bad input is a line and exit 5 before the screen changes; no terminal is a line and 1.
+#[test]
+fn a_damaged_trace_or_no_terminal_is_one_line_and_an_exit_code() {
+    let dir = scratch("browse_bad");
+    let bad = dir.join("bad.trace");
+    std::fs::write(&bad, b"not a trace at all").unwrap();
+    let t = browse("bad", &dir, &bad, 100, 10);
+    let s = t.wait_for("EXIT=");
+    assert!(
+        s.contains("gpumemprof: error: ") && s.contains("bad.trace: not a gpumemprof trace"),
+        "{s}"
+    );
+    assert!(s.ends_with("EXIT=5"), "{s}");
+    let out = Command::new(analyzer_path())
+        .arg("browse")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "gpumemprof: error: browse draws on a terminal and stdout is not one: run it in a terminal \
+         (over SSH, `ssh -t`); for a file, use `gpumemprof report`\n"
+    );
+}
+
+/// `browse --pid` of a job still running (`hold_memory 3`: three 4 MiB buffers, one freed,
+/// the trace flushed, then it waits): the trace so far, said to be incomplete; once the job
+/// has freed everything and exited, `r` reads the whole trace again.
+#[test]
+fn a_running_job_by_its_pid_then_read_again_when_it_ended() {
+    use gpumemprof_tests::running::Running;
+    use gpumemprof_tests::{program_command, shim_path};
+    use std::time::Duration;
+    let dir = scratch("browse_pid");
+    let trace = dir.join("held.trace");
+    let mut held = program_command("hold_memory");
+    held.arg("3")
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0");
+    let mut job = Running::start_holding_stdin(held);
+    job.wait_for_line("ready", Duration::from_secs(30));
+    let command = format!("{} browse --pid {}", analyzer_path().display(), job.pid());
+    let t = Tmux::start("pid", &dir, &command, 80, 24);
+    let s = t.wait_for("at the peak");
+    assert!(line_with(&s, "▶").ends_with(" s: 12.0 MiB live"), "{s}");
+    assert_eq!(
+        line_with(&s, "r reads"),
+        "the trace is incomplete (being written, or its job was killed): r reads it again"
+    );
+    t.keys(&["e"]);
+    let s = t.wait_for("at the end");
+    assert!(line_with(&s, "▶").ends_with(" s: 8.0 MiB live"), "{s}");
+    assert_eq!(job.finish(Duration::from_secs(30)).code(), Some(0));
+    t.keys(&["r"]);
+    let s = t.wait_for("? help");
+    assert!(!s.contains("r reads"), "{s}");
+    t.keys(&["e"]);
+    let s = t.wait_for("at the end");
+    assert!(line_with(&s, "▶").ends_with(" s: 0 B live"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+}
+
+/// Two runs of `examples/train_leak.c`, 10 and 20 steps, side by side: at their ends, the
+/// leak is 10 MiB in one and 20 MiB in the other.
+#[test]
+fn two_runs_side_by_side() {
+    let dir = scratch("browse_two");
+    let ten = dir.join("ten");
+    let twenty = dir.join("twenty");
+    std::fs::create_dir_all(&ten).unwrap();
+    std::fs::create_dir_all(&twenty).unwrap();
+    let a = run_profiled(&ten, "train_leak", &["10"], &[]);
+    let b = run_profiled(&twenty, "train_leak", &["20"], &[]);
+    let command = format!(
+        "{} browse {} {}",
+        analyzer_path().display(),
+        a.trace.display(),
+        b.trace.display()
+    );
+    let t = Tmux::start("two", &dir, &command, 100, 30);
+    let s = t.wait_for("B at the peak");
+    assert!(s.contains(": 104.0 MiB live · B at the peak "), "{s}");
+    assert!(line_with(&s, "▶").ends_with(": 114.0 MiB live"), "{s}");
+    t.keys(&["e"]);
+    let s = t.wait_for("B at the end");
+    let leak = c_line("GPUMEMPROF-LEAK");
+    let head = line_with(&s, "B - A");
+    assert!(
+        head.ends_with("         A          B       B - A"),
+        "{head}"
+    );
+    assert_eq!(
+        line_with(&s, &leak),
+        row(
+            &format!("      · keep_for_logging at {leak}"),
+            "10.0 MiB   20.0 MiB   +10.0 MiB"
+        )
+    );
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+}
