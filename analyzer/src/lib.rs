@@ -11,6 +11,7 @@ pub mod browse;
 pub mod cli;
 pub mod cmd;
 pub mod cxx_names;
+pub mod decoding;
 pub mod error;
 pub mod export;
 pub mod fasthash;

@@ -7,6 +7,7 @@ use std::io::Read;
 
 use gpumemprof_format::{ReadError, Record, TraceReader};
 
+use crate::decoding::{Flow, Item};
 use crate::replay::{LiveChange, Loaded, Replay};
 
 /// A view built during the pass.
@@ -47,7 +48,7 @@ pub fn record_time(record: &Record) -> Option<u64> {
 }
 
 /// `replay::replay`, showing every record and change to `observers`, in order.
-pub fn replay_observed<R: Read>(
+pub fn replay_observed<R: Read + Send>(
     reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
 ) -> Result<Loaded, ReadError> {
@@ -81,7 +82,7 @@ pub fn cut(record: &Record, until: Option<u64>) -> Cut {
 
 /// `replay_observed` up to `until` (ns): the records stamped after it are left out, as if
 /// the trace ended there (what was live then is "live at the end"); see `cut`.
-pub fn replay_observed_until<R: Read>(
+pub fn replay_observed_until<R: Read + Send>(
     reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
     until: Option<u64>,
@@ -90,7 +91,7 @@ pub fn replay_observed_until<R: Read>(
 }
 
 /// `replay_observed_until` with a replay set up by the caller (`Replay::keeping_exit`).
-pub fn replay_observed_with<R: Read>(
+pub fn replay_observed_with<R: Read + Send>(
     mut reader: TraceReader<R>,
     observers: &mut [&mut dyn Observer],
     until: Option<u64>,
@@ -98,28 +99,34 @@ pub fn replay_observed_with<R: Read>(
 ) -> Result<Loaded, ReadError> {
     let mut replay = replay.of_header(reader.header());
     let mut changes = Vec::new();
-    let mut damaged_blocks = 0;
-    while let Some(record) = reader.next_salvaged()? {
-        // A damaged block was skipped just before this record.
-        if reader.damage().blocks != damaged_blocks {
-            damaged_blocks = reader.damage().blocks;
-            replay.damaged();
+    crate::decoding::each_batch(&mut reader, |batch| {
+        for item in batch.iter_mut() {
+            let record = match item.take() {
+                Item::Record(record) => record,
+                // A damaged block was skipped just before the next record.
+                Item::Damaged => {
+                    replay.damaged();
+                    continue;
+                }
+                Item::Taken => continue,
+            };
+            match cut(&record, until) {
+                Cut::Apply => {}
+                Cut::Skip => continue,
+                Cut::Stop => return Flow::Stop,
+            }
+            for o in observers.iter_mut() {
+                o.record(&record);
+            }
+            let time = record_time(&record).unwrap_or(0);
+            changes.clear();
+            replay.record_changes(record, &mut changes);
+            for o in observers.iter_mut() {
+                o.applied(time, &changes, &replay);
+            }
         }
-        match cut(&record, until) {
-            Cut::Apply => {}
-            Cut::Skip => continue,
-            Cut::Stop => break,
-        }
-        for o in observers.iter_mut() {
-            o.record(&record);
-        }
-        let time = record_time(&record).unwrap_or(0);
-        changes.clear();
-        replay.record_changes(record, &mut changes);
-        for o in observers.iter_mut() {
-            o.applied(time, &changes, &replay);
-        }
-    }
+        Flow::More
+    })?;
     Loaded::read(&reader, replay.finish())
 }
 

@@ -41,6 +41,7 @@ pub use pass::{Replay, Replayed};
 
 use std::io::Read;
 
+use crate::decoding::{Flow, Item};
 use gpumemprof_format::{Damage, ReadError, Record, TraceReader};
 
 /// What reading a whole trace gives: the header, the replay, and how reading ended.
@@ -80,36 +81,35 @@ impl Loaded {
     }
 }
 
-/// Streams every record of `reader` through a `Replay`.
-pub fn replay<R: Read>(reader: TraceReader<R>) -> Result<Loaded, ReadError> {
+/// Streams every record of `reader` through a `Replay` (decoded on a second thread where
+/// there is a second core: `decoding`).
+pub fn replay<R: Read + Send>(reader: TraceReader<R>) -> Result<Loaded, ReadError> {
     replay_with(reader, Replay::new())
 }
 
 /// `replay` with a replay set up by the caller (`Replay::keeping_exit`).
-pub fn replay_with<R: Read>(
+pub fn replay_with<R: Read + Send>(
     mut reader: TraceReader<R>,
     replay: Replay,
 ) -> Result<Loaded, ReadError> {
     let mut replay = replay.of_header(reader.header());
-    loop {
-        let next = reader.next_record();
-        // Allocs and frees are applied where the reader put them: moving the record out
-        // first copied it, and the copy stalled on store forwarding (BENCHMARKS.md). So
-        // this loop steps over damaged blocks itself (as `next_salvaged` does), without
-        // another layer that returns the record.
-        match &next {
-            Ok(Some(Record::Alloc(a))) => replay.alloc(a),
-            Ok(Some(Record::Free(f))) => replay.free(f),
-            Err(ReadError::Corrupt { .. }) => {
-                replay.damaged();
-                continue;
+    crate::decoding::each_batch(&mut reader, |batch| {
+        for item in batch.iter_mut() {
+            // Allocs and frees are applied where the decoder put them: moving the record
+            // out first copied it, and the copy stalled on store forwarding (BENCHMARKS.md).
+            match item {
+                Item::Record(Record::Alloc(a)) => replay.alloc(a),
+                Item::Record(Record::Free(f)) => replay.free(f),
+                Item::Damaged => replay.damaged(),
+                _ => {
+                    if let Item::Record(record) = item.take() {
+                        replay.record(record);
+                    }
+                }
             }
-            _ => match next? {
-                Some(record) => replay.record(record),
-                None => break,
-            },
         }
-    }
+        Flow::More
+    })?;
     Loaded::read(&reader, replay.finish())
 }
 

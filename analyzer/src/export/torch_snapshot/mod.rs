@@ -157,7 +157,10 @@ pub struct Surveyed {
 }
 
 /// Pass 1: replays the trace (up to `window.to_ns`).
-pub fn survey<R: Read>(reader: TraceReader<R>, window: Window) -> Result<Surveyed, ReadError> {
+pub fn survey<R: Read + Send>(
+    reader: TraceReader<R>,
+    window: Window,
+) -> Result<Surveyed, ReadError> {
     let mut survey = Survey::new(reader.header());
     let loaded = replay_observed_until(reader, &mut [&mut survey], window.to_ns)?;
     Ok(Surveyed {
@@ -173,7 +176,7 @@ const BYTES_PER_ENTRY: u64 = 41;
 
 /// Writes the snapshot to `out`: `open` opens the trace again for each device's pass
 /// (`trace` names it in errors). Symbolizes from `surveyed.loaded`'s modules.
-pub fn write<R: Read, W: Write>(
+pub fn write<R: Read + Send, W: Write>(
     trace: &Path,
     surveyed: &Surveyed,
     open: &dyn Fn() -> Result<TraceReader<R>, Error>,
@@ -259,7 +262,7 @@ pub fn write<R: Read, W: Write>(
 /// `observe::replay_observed_until` for the first `records` records it applies only: a
 /// later pass stops where the first one ended, so a trace still being written gives a
 /// consistent snapshot.
-fn replay_first<R: Read>(
+fn replay_first<R: Read + Send>(
     mut reader: TraceReader<R>,
     records: u64,
     until: Option<u64>,

@@ -64,7 +64,7 @@ impl Default for Options {
 /// twice), `read_error` turns a decoding error into the command's error, `trace` makes the
 /// report's `trace` object from what pass 1 read (and may warn about a truncated trace);
 /// symbolization warnings go to `warn`.
-pub fn analyze<R: Read>(
+pub fn analyze<R: Read + Send>(
     mut open: impl FnMut() -> Result<TraceReader<R>, Error>,
     read_error: impl Fn(ReadError) -> Error,
     trace: impl FnOnce(&Loaded) -> TraceInfo,

@@ -127,7 +127,7 @@ impl Scan {
 }
 
 /// Pass 1: the ordinary replay of the whole trace, with a `Classifier` watching.
-pub fn scan<R: Read>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
+pub fn scan<R: Read + Send>(reader: TraceReader<R>) -> Result<Scan, ReadError> {
     let mut classifier = Classifier::default();
     let loaded = observe::replay_observed(reader, &mut [&mut classifier])?;
     let out_of_memory = classifier.next_ordinal - classifier.absorbed;
@@ -495,7 +495,7 @@ pub struct Moment {
 
 /// Pass 2: replays up to `failure` (its record is not applied). `None` if the trace no
 /// longer has that failure (it changed between the passes).
-pub fn replay_until<R: Read>(
+pub fn replay_until<R: Read + Send>(
     mut reader: TraceReader<R>,
     failure: &Failure,
     window_ns: u64,
