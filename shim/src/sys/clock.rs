@@ -50,7 +50,11 @@ pub fn now() -> u64 {
 #[inline(always)]
 fn rdtsc() -> u64 {
     // SAFETY: lfence and rdtsc have no memory effects. The fence keeps the read after the
-    // instructions before it (an allocation is stamped after its call returned).
+    // instructions before it (an allocation is stamped after its call returned). Without
+    // it, a stamp taken after seeing another thread's hand-off read lower than the stamp
+    // that thread took before it, in up to 11% of hand-offs and by up to 197 ticks
+    // (tests/bench/clock_skew.c): an address freed on one thread and allocated on another
+    // could replay as allocated before it was freed. It costs 22 ns a pair (BENCHMARKS.md).
     unsafe {
         std::arch::x86_64::_mm_lfence();
         std::arch::x86_64::_rdtsc()
