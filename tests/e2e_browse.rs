@@ -241,10 +241,11 @@ fn a_damaged_trace_or_no_terminal_is_one_line_and_an_exit_code() {
 }
 
 /// `browse --pid` of a job still running (`hold_memory 3`: three 4 MiB buffers, one freed,
-/// the trace flushed, then it waits): the trace so far, said to be incomplete; once the job
-/// has freed everything and exited, `r` reads the whole trace again.
+/// the trace flushed, then it waits): the trace so far, said to be still being written; once
+/// the job has freed everything and exited, the screen reads the whole trace again by
+/// itself, at the moment the user had chosen (the end).
 #[test]
-fn a_running_job_by_its_pid_then_read_again_when_it_ended() {
+fn a_running_job_by_its_pid_followed_until_it_ended() {
     use gpumemprof_tests::running::Running;
     use gpumemprof_tests::{program_command, shim_path};
     use std::time::Duration;
@@ -262,19 +263,21 @@ fn a_running_job_by_its_pid_then_read_again_when_it_ended() {
     let s = t.wait_for("at the peak");
     assert!(line_with(&s, "▶").ends_with(" s: 12.0 MiB live"), "{s}");
     assert_eq!(
-        line_with(&s, "r reads"),
-        "the trace is incomplete (being written, or its job was killed): r reads it again"
+        line_with(&s, "read again"),
+        "the trace is still being written (or its job was killed): read again as it grows"
     );
     t.keys(&["e"]);
     let s = t.wait_for("at the end");
     assert!(line_with(&s, "▶").ends_with(" s: 8.0 MiB live"), "{s}");
     assert_eq!(job.finish(Duration::from_secs(30)).code(), Some(0));
+    // No key pressed: the trace grew, so it was read again, at the end still.
+    let s = t.wait_for(": 0 B live");
+    assert!(line_with(&s, "▶").starts_with("▶ at the end "), "{s}");
+    assert!(!s.contains("read again as it grows"), "{s}");
+    // r reads it again at once, what was chosen kept.
     t.keys(&["r"]);
     let s = t.wait_for("? help");
-    assert!(!s.contains("r reads"), "{s}");
-    t.keys(&["e"]);
-    let s = t.wait_for("at the end");
-    assert!(line_with(&s, "▶").ends_with(" s: 0 B live"), "{s}");
+    assert!(line_with(&s, "▶").ends_with(": 0 B live"), "{s}");
     t.keys(&["q"]);
     t.wait_for("EXIT=0");
 }

@@ -27,6 +27,27 @@ pub enum Overlay {
     Search(String),
 }
 
+/// What the user set up, kept when the traces are read again (`r`, or following a trace
+/// being written): what is open, the view, the search, the focus, the selection, and the
+/// moment (the peak stays the peak, the end the end, another moment its time).
+pub struct Kept {
+    open: Openness,
+    view: View,
+    query: String,
+    focus: Option<u64>,
+    selected_id: Option<u64>,
+    align: Align,
+    to_capacity: bool,
+    moment: KeptMoment,
+}
+
+enum KeptMoment {
+    Peak,
+    End,
+    Oom(usize),
+    At(u64),
+}
+
 /// What the key asked the loop to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -69,6 +90,8 @@ pub struct App<'a> {
     /// The second trace, side by side (`browse A B`), and how its moment follows.
     pub other: Option<Other>,
     pub align: Align,
+    /// A trace is still being written (or was cut short): `browse` follows it.
+    pub incomplete: bool,
 }
 
 impl<'a> App<'a> {
@@ -98,6 +121,7 @@ impl<'a> App<'a> {
             selected_id: None,
             other: None,
             align: Align::Time,
+            incomplete: false,
         };
         app.fit_zoom();
         let peak = app.story.peak_bucket();
@@ -115,6 +139,45 @@ impl<'a> App<'a> {
             moment,
         });
         self.go_both(self.moment, Some(moment));
+    }
+
+    /// What to keep when the traces are read again.
+    pub fn kept(&self) -> Kept {
+        let moment = match self.moment {
+            Moment::Bucket(b) if b == self.story.peak_bucket() => KeptMoment::Peak,
+            Moment::End => KeptMoment::End,
+            Moment::Oom(n) => KeptMoment::Oom(n),
+            m => KeptMoment::At(m.time(&self.story)),
+        };
+        Kept {
+            open: self.open.clone(),
+            view: self.view,
+            query: self.query.clone(),
+            focus: self.focus,
+            selected_id: self.selected_id,
+            align: self.align,
+            to_capacity: self.to_capacity,
+            moment,
+        }
+    }
+
+    /// Sets up what `kept` kept, on the traces read again.
+    pub fn restore(&mut self, kept: Kept) {
+        self.open = kept.open;
+        self.view = kept.view;
+        self.query = kept.query;
+        self.focus = kept.focus;
+        self.selected_id = kept.selected_id;
+        self.align = kept.align;
+        self.to_capacity = kept.to_capacity && self.story.capacity.is_some();
+        let moment = match kept.moment {
+            KeptMoment::Peak => Moment::Bucket(self.story.peak_bucket()),
+            KeptMoment::End => Moment::End,
+            KeptMoment::Oom(n) if n < self.story.ooms.len() => Moment::Oom(n),
+            KeptMoment::Oom(_) => Moment::End,
+            KeptMoment::At(t) => Moment::Bucket(self.story.bucket_of(t)),
+        };
+        self.go(moment);
     }
 
     /// Sets the chart's width and the list's height (from `draw`): the zoom that shows the

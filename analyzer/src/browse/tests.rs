@@ -629,3 +629,34 @@ fn a_scale_as_wide_as_the_gutter_keeps_the_bars_in_their_columns() {
     assert_eq!(lines[5], "        0  ██");
     assert_eq!(lines[6], format!("          ─▲{}", "─".repeat(68)));
 }
+
+#[test]
+fn reading_again_keeps_what_was_set_up() {
+    let mut a = app();
+    code(&mut a, KeyCode::Left);
+    press(&mut a, "c");
+    code(&mut a, KeyCode::Char(' '));
+    press(&mut a, "j/model");
+    code(&mut a, KeyCode::Enter);
+    code(&mut a, KeyCode::Tab);
+    let before = screen(&mut a, 80, 24);
+    let mut b = app();
+    b.restore(a.kept());
+    assert_eq!(screen(&mut b, 80, 24), before);
+    assert_eq!(
+        lines(&mut b, 7, 7),
+        "▶ at 3.100 s: 16.0 MiB live · device 32.0 MiB"
+    );
+    // The peak stays the peak, the end the end.
+    press(&mut a, "p");
+    let mut c = app();
+    c.restore(a.kept());
+    assert_eq!(lines(&mut c, 7, 7), lines(&mut a, 7, 7));
+    press(&mut a, "e");
+    let mut d = app();
+    d.restore(a.kept());
+    assert_eq!(
+        lines(&mut d, 7, 7),
+        "▶ at the end 4.500 s: 6.0 MiB live · device 32.0 MiB"
+    );
+}

@@ -1,9 +1,11 @@
 //! `gpumemprof browse TRACE [TRACE2]` (or `--pid PID`): reads the traces (a progress bar on
-//! stderr), then runs the terminal browser (`browse`) until `q`; `r` reads them again, for
-//! a job still writing one. Needs a terminal on stdout.
+//! stderr), then runs the terminal browser (`browse`) until `q`. A trace still being
+//! written is followed: read again, what the user set up kept, whenever it grew (looked at
+//! every second between keys); `r` reads again at once. Needs a terminal on stdout.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
@@ -44,28 +46,67 @@ pub fn run(args: &Args) -> Result<(), Error> {
         Some(pid) => vec![find_trace(pid)?],
         None => args.traces.clone(),
     };
+    // The first read shows its progress bar before the screen changes.
+    let mut read = read_all(&paths)?;
+    let mut terminal = ratatui::try_init().map_err(Error::Output)?;
+    let _restore = Restore;
+    let mut kept = None;
     loop {
-        let mut read = Vec::new();
-        for path in &paths {
-            let mut builder = StoryBuilder::new();
-            let loaded = crate::input::load_keeping_exit(path, &mut [&mut builder])?;
-            read.push((path.as_path(), loaded, builder));
+        let (action, keep) = {
+            let mut inputs = read.iter_mut().map(|(path, loaded, builder)| Input {
+                path,
+                loaded,
+                builder: std::mem::take(builder),
+            });
+            let first = inputs.next().expect("clap requires a trace");
+            let mut app = app(first, inputs.next());
+            if let Some(k) = kept.take() {
+                app.restore(k);
+            }
+            let sizes = file_sizes(&paths);
+            let follow = app.incomplete;
+            let grew = || follow && file_sizes(&paths) != sizes;
+            let action = event_loop(&mut terminal, &mut app, grew).map_err(Error::Output)?;
+            (action, app.kept())
+        };
+        if action != Action::Reload {
+            return Ok(());
         }
-        let mut inputs = read.iter_mut().map(|(path, loaded, builder)| Input {
-            path,
-            loaded,
-            builder: std::mem::take(builder),
-        });
-        let first = inputs.next().expect("clap requires a trace");
-        let mut app = app(first, inputs.next());
-        let mut terminal = ratatui::try_init().map_err(Error::Output)?;
-        let action = event_loop(&mut terminal, &mut app);
-        ratatui::restore();
-        match action.map_err(Error::Output)? {
-            Action::Reload => continue,
-            _ => return Ok(()),
-        }
+        // Read again under the screen: quietly (a progress bar would draw over it).
+        let quiet = crate::term::quiet();
+        crate::term::set_quiet(true);
+        let again = read_all(&paths);
+        crate::term::set_quiet(quiet);
+        read = again?;
+        kept = Some(keep);
     }
+}
+
+/// Gives the terminal back (raw mode off, the main screen) however `run` ends.
+struct Restore;
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        ratatui::restore();
+    }
+}
+
+/// Each trace read, with its story.
+fn read_all(paths: &[PathBuf]) -> Result<Vec<(&Path, Loaded, StoryBuilder)>, Error> {
+    let mut read = Vec::new();
+    for path in paths {
+        let mut builder = StoryBuilder::new();
+        let loaded = crate::input::load_keeping_exit(path, &mut [&mut builder])?;
+        read.push((path.as_path(), loaded, builder));
+    }
+    Ok(read)
+}
+
+/// The traces' sizes now (0 for one that cannot be read).
+fn file_sizes(paths: &[PathBuf]) -> Vec<u64> {
+    (paths.iter())
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .collect()
 }
 
 /// A trace read for `browse`.
@@ -114,9 +155,10 @@ pub fn app<'a>(first: Input<'a>, second: Option<Input<'a>>) -> App<'a> {
     if let Some(s) = second {
         app.compare(s.builder.finish(), program(s.path, s.loaded));
     }
+    app.incomplete = incomplete;
     if incomplete {
         app.message = Some(
-            "the trace is incomplete (being written, or its job was killed): r reads it again"
+            "the trace is still being written (or its job was killed): read again as it grows"
                 .to_string(),
         );
     }
@@ -127,17 +169,37 @@ fn complete(loaded: &Loaded) -> bool {
     !loaded.truncated && loaded.replayed.pipeline.complete
 }
 
-fn event_loop(terminal: &mut DefaultTerminal, app: &mut App) -> std::io::Result<Action> {
+/// How often a trace being written is looked at (its size) between keys.
+const FOLLOW: Duration = Duration::from_secs(1);
+
+/// Draws and applies keys until one asks to quit or read again; reads again by itself when
+/// `grew` says a trace being written grew.
+fn event_loop(
+    terminal: &mut DefaultTerminal,
+    app: &mut App,
+    grew: impl Fn() -> bool,
+) -> std::io::Result<Action> {
     loop {
         terminal.draw(|f| crate::browse::draw::draw(f, app))?;
-        if let Event::Key(key) = event::read()? {
-            if key.kind != KeyEventKind::Release {
-                match app.key(key) {
-                    Action::Continue => {}
-                    other => return Ok(other),
-                }
+        let action = if event::poll(FOLLOW)? {
+            match event::read()? {
+                Event::Key(key) if key.kind != KeyEventKind::Release => app.key(key),
+                // A resize, a mouse or focus event: drawn again at the new size.
+                _ => Action::Continue,
             }
+        } else if grew() {
+            Action::Reload
+        } else {
+            Action::Continue
+        };
+        match action {
+            Action::Continue => {}
+            Action::Reload => {
+                app.message = Some("reading the trace again...".to_string());
+                terminal.draw(|f| crate::browse::draw::draw(f, app))?;
+                return Ok(Action::Reload);
+            }
+            other => return Ok(other),
         }
-        // A resize, a mouse or focus event: drawn again at the new size.
     }
 }
