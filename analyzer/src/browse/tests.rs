@@ -660,3 +660,33 @@ fn reading_again_keeps_what_was_set_up() {
         "▶ at the end 4.500 s: 6.0 MiB live · device 32.0 MiB"
     );
 }
+
+#[test]
+fn the_other_keys() {
+    let mut a = app();
+    // C: the chart's scale is the device's 32 MiB (the failed allocation read it).
+    press(&mut a, "C");
+    assert_eq!(lines(&mut a, 1, 1).split_whitespace().next(), Some("32.0"));
+    press(&mut a, "C");
+    assert_eq!(lines(&mut a, 1, 1).split_whitespace().next(), Some("17.0"));
+    // s: the start, where nothing was live yet.
+    press(&mut a, "s");
+    assert_eq!(lines(&mut a, 7, 7), "▶ at 0.000 s: 0 B live · device 32.0 MiB");
+    assert_eq!(lines(&mut a, 9, 9), "  nothing live at this moment");
+    // O: the previous out-of-memory error, here the only one.
+    press(&mut a, "O");
+    assert!(lines(&mut a, 7, 7).starts_with("▶ at OOM 1 of 1 4.500 s (asked for 80.0 MiB)"));
+    // G, g, PgDn, PgUp on the peak's tree of 7 rows.
+    press(&mut a, "p");
+    press(&mut a, "G");
+    assert_eq!(a.selected[0], 6);
+    press(&mut a, "g");
+    assert_eq!(a.selected[0], 0);
+    code(&mut a, KeyCode::PageDown);
+    assert_eq!(a.selected[0], 6);
+    code(&mut a, KeyCode::PageUp);
+    assert_eq!(a.selected[0], 0);
+    // Ctrl-C quits, as q does.
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(a.key(ctrl_c), Action::Quit);
+}
