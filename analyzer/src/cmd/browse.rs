@@ -25,11 +25,12 @@ use crate::symbolize::Symbolizer;
 #[derive(Debug, ClapArgs)]
 #[group(required = true, multiple = false)]
 pub struct Args {
-    /// The trace file (it may still be being written: `r` reads it again). A second trace
+    /// The trace file (one still being written is read again as it grows). A second trace
     /// is shown beside the first: two runs of a job, or two ranks.
     #[arg(num_args = 1..=2, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
-    /// Browse the trace of this running process (found as `monitor --pid` finds it).
+    /// Browse the trace of this running process (found as `monitor --pid` finds it),
+    /// following it as it grows.
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
 }
