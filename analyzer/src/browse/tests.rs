@@ -671,7 +671,10 @@ fn the_other_keys() {
     assert_eq!(lines(&mut a, 1, 1).split_whitespace().next(), Some("17.0"));
     // s: the start, where nothing was live yet.
     press(&mut a, "s");
-    assert_eq!(lines(&mut a, 7, 7), "▶ at 0.000 s: 0 B live · device 32.0 MiB");
+    assert_eq!(
+        lines(&mut a, 7, 7),
+        "▶ at 0.000 s: 0 B live · device 32.0 MiB"
+    );
     assert_eq!(lines(&mut a, 9, 9), "  nothing live at this moment");
     // O: the previous out-of-memory error, here the only one.
     press(&mut a, "O");

@@ -1,11 +1,12 @@
 //! `gpumemprof browse TRACE [TRACE2]` (or `--pid PID`): reads the traces (a progress bar on
 //! stderr), then runs the terminal browser (`browse`) until `q`. A trace still being
 //! written is followed: read again, what the user set up kept, whenever it grew (looked at
-//! every second between keys); `r` reads again at once. Needs a terminal on stdout.
+//! every second between keys, and at most a fifth of the time spent reading); `r` reads
+//! again at once. Needs a terminal on stdout.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
@@ -48,7 +49,9 @@ pub fn run(args: &Args) -> Result<(), Error> {
         None => args.traces.clone(),
     };
     // The first read shows its progress bar before the screen changes.
+    let started = Instant::now();
     let mut read = read_all(&paths)?;
+    let mut reading = started.elapsed();
     let mut terminal = ratatui::try_init().map_err(Error::Output)?;
     let _restore = Restore;
     let mut kept = None;
@@ -66,7 +69,10 @@ pub fn run(args: &Args) -> Result<(), Error> {
             }
             let sizes = file_sizes(&paths);
             let follow = app.incomplete;
-            let grew = || follow && file_sizes(&paths) != sizes;
+            // A large trace is read again at most a fifth of the time: the screen must
+            // answer keys the rest of it.
+            let (shown, wait) = (Instant::now(), FOLLOW.max(reading * 4));
+            let grew = || follow && shown.elapsed() >= wait && file_sizes(&paths) != sizes;
             let action = event_loop(&mut terminal, &mut app, grew).map_err(Error::Output)?;
             (action, app.kept())
         };
@@ -76,9 +82,11 @@ pub fn run(args: &Args) -> Result<(), Error> {
         // Read again under the screen: quietly (a progress bar would draw over it).
         let quiet = crate::term::quiet();
         crate::term::set_quiet(true);
+        let started = Instant::now();
         let again = read_all(&paths);
         crate::term::set_quiet(quiet);
         read = again?;
+        reading = started.elapsed();
         kept = Some(keep);
     }
 }
