@@ -13,12 +13,27 @@ fn check_counts(stderr: &str) -> (u64, u64, u64) {
         .lines()
         .find_map(|l| l.strip_prefix("gpumemprof: unwind check: "))
         .unwrap_or_else(|| panic!("no unwind check line in:\n{stderr}"));
+    let n = check_numbers(line);
+    (n[0], n[1], n[2])
+}
+
+/// The counts of the check line: compared, differed, left to libgcc, met in the first-state
+/// cache.
+fn check_numbers(line: &str) -> Vec<u64> {
     let n: Vec<u64> = line
         .split_whitespace()
-        .filter_map(|w| w.parse().ok())
+        .filter_map(|w| w.trim_end_matches(',').parse().ok())
         .collect();
-    assert_eq!(n.len(), 3, "{line}");
-    (n[0], n[1], n[2])
+    assert_eq!(n.len(), 4, "{line}");
+    n
+}
+
+/// Stacks whose fast frames came from the first-state cache (`unwind/first.rs`).
+fn first_met(stderr: &str) -> u64 {
+    let line = (stderr.lines())
+        .find_map(|l| l.strip_prefix("gpumemprof: unwind check: "))
+        .unwrap_or_else(|| panic!("no unwind check line in:\n{stderr}"));
+    check_numbers(line)[3]
 }
 
 fn alloc_and_free_events(records: &[Record]) -> u64 {
@@ -189,4 +204,27 @@ fn reused_stack_ids_name_the_same_frames_as_libgcc_finds() {
     assert_eq!((alloc.0, free.0), ("alloc", "free"));
     assert_ne!(alloc.1, free.1);
     assert!(alloc.1.len() >= 24, "{}", alloc.1.len());
+}
+
+/// Call paths met in turn, as a training step's are (`varied_sites`: 7 paths of 3 and 4
+/// frames, 200 rounds): after a thread's first 256 captures, a walk is met in the
+/// first-state cache, and its frames are libgcc's.
+#[test]
+fn call_paths_in_turn_are_met_in_the_first_state_cache_with_libgccs_frames() {
+    let dir = scratch("unwind_check_first");
+    let run = run_profiled(
+        &dir,
+        "varied_sites",
+        &["7", "200", "3"],
+        &[("GPUMEMPROF_UNWIND", "check"), ("GPUMEMPROF_QUIET", "1")],
+    );
+    let stderr = run.stderr();
+    assert_eq!(run.output.status.code(), Some(0), "{stderr}");
+    // 7 * 200 pairs.
+    assert_eq!(check_counts(&stderr), (2800, 0, 0), "{stderr}");
+    // 2,170 in every run here: the 14 walks (7 paths, two hooks each) fit a set wherever
+    // ASLR puts the stack. Below it when the loader's counters moved while it ran (a new
+    // rule epoch: every walk missed once more).
+    let met = first_met(&stderr);
+    assert!((2000..=2170).contains(&met), "{stderr}");
 }

@@ -120,6 +120,8 @@ mod check {
 
     static COMPARED: AtomicU64 = AtomicU64::new(0);
     static DIFFERED: AtomicU64 = AtomicU64::new(0);
+    /// Stacks whose fast frames came from the first-state cache (`unwind/first.rs`).
+    static FIRST_MET: AtomicU64 = AtomicU64::new(0);
     /// Differences printed in full at most (the count goes on).
     const PRINTED: u64 = 3;
 
@@ -131,6 +133,9 @@ mod check {
         // SAFETY: each unwinder initialised the frames it counted.
         let slow = unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) };
         COMPARED.fetch_add(1, Ordering::Relaxed);
+        if nf.is_some() && unwind::last_met_first() {
+            FIRST_MET.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(nf) = nf {
             // SAFETY: as above.
             let fast = unsafe { std::slice::from_raw_parts(fast.as_ptr() as *const u64, nf) };
@@ -148,18 +153,19 @@ mod check {
         if MODE.load(Ordering::Relaxed) != CHECK {
             return;
         }
-        let mut buf = [0u8; 160];
+        let mut buf = [0u8; 200];
         let mut w = &mut buf[..];
         let _ = std::io::Write::write_fmt(
             &mut w,
             format_args!(
-                "gpumemprof: unwind check: {} stacks compared, {} differed, {} left to the slow unwinder\n",
+                "gpumemprof: unwind check: {} stacks compared, {} differed, {} left to the slow unwinder, {} met in the first-state cache\n",
                 COMPARED.load(Ordering::Relaxed),
                 DIFFERED.load(Ordering::Relaxed),
-                unwind::FALLBACKS.load(Ordering::Relaxed)
+                unwind::FALLBACKS.load(Ordering::Relaxed),
+                FIRST_MET.load(Ordering::Relaxed)
             ),
         );
-        let len = 160 - w.len();
+        let len = 200 - w.len();
         // SAFETY: writes initialised bytes of a local buffer to stderr.
         unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, len) };
     }

@@ -137,6 +137,7 @@ extern "C" fn thread_exit(ring: *mut libc::c_void) {
     set_ring(RING_GONE);
     ring.retire();
     crate::sys::altstack::take_back();
+    crate::capture::unwind::thread_exit();
 }
 
 /// Arranges for `ring` to be retired when the calling thread exits; false if it cannot

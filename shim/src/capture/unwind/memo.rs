@@ -414,6 +414,20 @@ impl Record {
         }
     }
 
+    /// Every word the walk read and whether its first state's rbp matters, once it is
+    /// whole (`None` if it overflowed or recorded nothing).
+    pub fn whole(&self) -> Option<(&[(u64, u64)], bool)> {
+        if self.overflow || self.n == 0 {
+            return None;
+        }
+        // SAFETY: the record initialised its first `n` states and `words` words.
+        unsafe {
+            let words =
+                std::slice::from_raw_parts(self.words_.as_ptr() as *const (u64, u64), self.words);
+            Some((words, self.bp_needed[0].assume_init()))
+        }
+    }
+
     /// A stack word the walk read.
     #[inline(always)]
     pub fn word(&mut self, addr: u64, val: u64) {

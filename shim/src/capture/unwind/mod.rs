@@ -29,6 +29,7 @@
 //! return addresses within one writer round (`GPUMEMPROF_FLUSH_MS`).
 
 pub mod cfi;
+mod first;
 mod memo;
 pub mod rules;
 
@@ -63,6 +64,12 @@ struct Thread {
     bottom: Cell<u64>,
     top: Cell<u64>,
     memos: Memos,
+    /// The first-state cache (`first.rs`): null until the thread's `first::AFTER`th
+    /// capture, then its own (given back at thread exit).
+    first: Cell<*mut first::Cache>,
+    captures: Cell<u32>,
+    /// The last capture's frames came from the first-state cache (for the check mode).
+    met_first: Cell<bool>,
 }
 
 thread_local! {
@@ -74,8 +81,41 @@ thread_local! {
                 slots: [const { memo::Memo::new() }; memo::SLOTS],
                 clock: Cell::new(0),
             },
+            first: Cell::new(std::ptr::null_mut()),
+            captures: Cell::new(0),
+            met_first: Cell::new(false),
         }
     };
+}
+
+impl Thread {
+    /// The first-state cache, taken at the `first::AFTER`th capture (null before, or
+    /// when there was no memory for it).
+    #[inline(always)]
+    fn first_cache(&self) -> *mut first::Cache {
+        let c = self.first.get();
+        if !c.is_null() {
+            return c;
+        }
+        let n = self.captures.get();
+        if n < first::AFTER {
+            self.captures.set(n + 1);
+            return c;
+        }
+        let c = first::take();
+        self.first.set(c);
+        c
+    }
+}
+
+/// Whether this thread's last capture took its frames from the first-state cache.
+pub fn last_met_first() -> bool {
+    THREAD.try_with(|t| t.met_first.get()).unwrap_or(false)
+}
+
+/// The calling thread is exiting: its first-state cache goes back to the pool.
+pub fn thread_exit() {
+    let _ = THREAD.try_with(|t| first::give_back(t.first.replace(std::ptr::null_mut())));
 }
 
 /// Enables the fast path if glibc has `_dl_find_object` (2.35 and later). Called at
@@ -159,8 +199,23 @@ pub fn capture_memo(
                 return None;
             }
             let start = Regs { ip, sp, bp };
+            let epoch = EPOCH.load(Ordering::Acquire);
+            let from = first::Start {
+                ip,
+                sp,
+                bp,
+                epoch,
+                skip: (skip_lo, skip_hi),
+            };
+            // SAFETY: this thread's own cache (from `first::take`), used by nobody else and
+            // within one capture at a time (the shim's guard keeps captures from nesting).
+            let mut cache = unsafe { t.first_cache().as_mut() };
+            if cache.as_deref_mut().is_some_and(|c| !c.active()) {
+                cache = None;
+            }
             let mut hit = None;
-            let n = walk(out, start, top, skip_lo, skip_hi, &t.memos, &mut hit)?;
+            let n = walk(out, start, top, &t.memos, &mut hit, from, cache)?;
+            t.met_first.set(hit.is_some_and(|h| h >= memo::SLOTS));
             Some((n, hit))
         })
         .ok()
@@ -180,37 +235,52 @@ struct Regs {
 }
 
 /// The stack id noted for memo `slot` of this thread with `frames` frames
-/// (`capture_memo`), if any.
+/// (`capture_memo`), if any. Slots from `memo::SLOTS` on are entries of the first-state
+/// cache.
 pub fn memo_stack_id(slot: usize, frames: usize) -> Option<u32> {
     THREAD
-        .try_with(|t| t.memos.slots.get(slot)?.stack_id(frames))
+        .try_with(|t| match slot.checked_sub(memo::SLOTS) {
+            None => t.memos.slots.get(slot)?.stack_id(frames),
+            // SAFETY: this thread's own cache (see `Thread::first_cache`).
+            Some(i) => unsafe { t.first.get().as_ref() }?.stack_id(i, frames),
+        })
         .ok()
         .flatten()
 }
 
 /// Notes that the frames `capture_memo` returned with memo `slot` were interned as `id`.
 pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32) {
-    let _ = THREAD.try_with(|t| {
-        if let Some(m) = t.memos.slots.get(slot) {
-            m.set_stack_id(frames, id);
+    let _ = THREAD.try_with(|t| match slot.checked_sub(memo::SLOTS) {
+        None => {
+            if let Some(m) = t.memos.slots.get(slot) {
+                m.set_stack_id(frames, id);
+            }
+        }
+        Some(i) => {
+            // SAFETY: as in `memo_stack_id`.
+            if let Some(c) = unsafe { t.first.get().as_mut() } {
+                c.set_stack_id(i, frames, id);
+            }
         }
     });
 }
 
 /// The walk from a known register state. `start.sp..top` is the readable part of the
-/// stack. States are compared with (and remembered in) `memos`. `hit` is set to the memo
-/// slot met at its first state by the walk's first state (the whole output copied from
-/// it).
+/// stack. States are compared with (and remembered in) `memos`, then, where no memo starts
+/// as this walk does, looked up in the first-state cache `keep` (and the walk stored there).
+/// `hit` is set to the memo slot met at its first state by the walk's first state (the
+/// whole output copied from it), or to `memo::SLOTS` + the cache entry it came from.
 #[inline(always)]
 fn walk(
     out: &mut [MaybeUninit<u64>],
     start: Regs,
     top: u64,
-    skip_lo: u64,
-    skip_hi: u64,
     memos: &Memos,
     hit: &mut Option<usize>,
+    from: first::Start,
+    mut keep: Option<&mut first::Cache>,
 ) -> Option<usize> {
+    let (skip_lo, skip_hi) = from.skip;
     let Regs { ip, mut sp, mut bp } = start;
     let lo = sp;
     let last = top.checked_sub(8)?;
@@ -222,7 +292,7 @@ fn walk(
     if out.is_empty() {
         return Some(0);
     }
-    let epoch = EPOCH.load(Ordering::Acquire);
+    let epoch = from.epoch;
     let skip = (skip_lo, skip_hi);
     let in_shim = |a: u64| a >= skip_lo && a < skip_hi;
     let now = memos.clock.get() + 1;
@@ -274,6 +344,9 @@ fn walk(
                             rec.join(s, m, k[j], bp_word, bp_since);
                             let lru = memos.least_recent_except(memo::SLOTS);
                             memos.remember(&rec, Some(lru), epoch, skip, m.full(), now);
+                            if let Some(c) = keep.as_deref_mut() {
+                                c.store(from, &rec, out, total);
+                            }
                         }
                         return Some(total);
                     }
@@ -285,16 +358,34 @@ fn walk(
                 }
             }
         }
+        if rec.states() == 0 {
+            // No memo starts here as this walk does (a loop's allocations meet one, with
+            // the stack id noted for it): the first-state cache may hold this call path.
+            if let Some(c) = keep.as_deref_mut() {
+                // SAFETY: this thread's cache; `lo..top` is its stack.
+                if let Some((total, entry)) = unsafe { c.lookup(from, out) } {
+                    *hit = Some(memo::SLOTS + entry);
+                    return Some(total);
+                }
+            }
+        }
         rec.state(s);
         // The walk found every frame itself: remembered for the next one.
-        let end = |rec: &mut memo::Record, bp_word: Option<usize>, full: bool| {
+        let mut end = |rec: &mut memo::Record,
+                       bp_word: Option<usize>,
+                       full: bool,
+                       out: &[MaybeUninit<u64>],
+                       n: usize| {
             if let Some(i) = bp_word {
                 rec.forget_word(i);
             }
             memos.remember(rec, stale, epoch, skip, full, now);
+            if let Some(c) = keep.as_deref_mut() {
+                c.store(from, rec, out, n);
+            }
         };
         if in_program && n == out.len() {
-            end(&mut rec, bp_word, true);
+            end(&mut rec, bp_word, true, out, n);
             return Some(n);
         }
         let lookup = ra - 1;
@@ -309,7 +400,7 @@ fn walk(
         match w & rules::KIND_MASK {
             rules::KIND_STEP => {}
             rules::KIND_END => {
-                end(&mut rec, bp_word, false);
+                end(&mut rec, bp_word, false, out, n);
                 return Some(n);
             }
             _ => return None,
@@ -359,7 +450,7 @@ fn walk(
         }
         sp = cfa;
         if ra == 0 {
-            end(&mut rec, bp_word, false);
+            end(&mut rec, bp_word, false, out, n);
             return Some(n);
         }
         if !in_program && !in_shim(ra) {

@@ -108,7 +108,22 @@ fn a_garbage_register_state_is_refused_not_followed() {
         clock: Cell::new(0),
     };
     let walk_from = |out: &mut [MaybeUninit<u64>], ip, sp| {
-        walk(out, Regs { ip, sp, bp: 0 }, top, 0, 0, &memos, &mut None)
+        let from = first::Start {
+            ip,
+            sp,
+            bp: 0,
+            epoch: EPOCH.load(Ordering::Acquire),
+            skip: (0, 0),
+        };
+        walk(
+            out,
+            Regs { ip, sp, bp: 0 },
+            top,
+            &memos,
+            &mut None,
+            from,
+            None,
+        )
     };
     // An address in no object, a stack pointer above the top, and one whose caller's
     // return address would lie above the top.

@@ -1,0 +1,267 @@
+//! The first-state cache: a thread's last walks by the stack pointer they started at, so
+//! that each of a program's many call paths (a training step allocates from a hundred and
+//! more, in turn) is met at its first state, where the two memos (`memo.rs`) hold only
+//! the last two walks.
+//!
+//! ```text
+//!  capture at sp ─► the 16 entries of set hash(sp): one with the same ip, sp, rbp (where a
+//!                   rule reads it), epoch, shim range and output room, whose every stack
+//!                   word read still holds its value?  ─► its frames, no rule looked up
+//!                   else the walk (memos first), stored in the set's least recently used
+//! ```
+//!
+//! Sets of several entries, because call paths of one depth share a stack pointer (the
+//! ops of a model's layers, called from one loop): they differ in their words, and the
+//! innermost words, compared first, differ at once. 16 ways: with 8, two stack pointers
+//! that ASLR happened to put in one set made 14 call paths thrash it in some runs.
+//!
+//! A walk is a pure function of the registers at its start, the stack words it reads and
+//! the rules of its epoch (see `memo.rs`): when they are all the same, so are its frames.
+//! The words' addresses lie between the start's stack pointer and the top of the stack of
+//! the thread that walked; an entry is only read by that thread (a cache taken over from
+//! an exited thread is emptied first).
+//!
+//! A thread gets its cache (about 800 KiB of address space, calloc'ed: only the entries
+//! used are touched) at its `AFTER`th capture, so short-lived threads never pay for one;
+//! an exiting thread gives it back for the next (`give_back`, from the ring's thread-exit
+//! destructor).
+
+use std::mem::MaybeUninit;
+
+use super::memo;
+
+/// Entries per thread, in sets of `WAYS` chosen by the start's stack pointer.
+const ENTRIES: usize = 256;
+const WAYS: usize = 16;
+const SETS: usize = ENTRIES / WAYS;
+/// Frames an entry holds (the capture buffer's size, `config::MAX_STACK_DEPTH`).
+const FRAMES: usize = crate::sys::config::MAX_STACK_DEPTH;
+/// Words an entry holds; a walk that read more is not kept.
+const WORDS: usize = 192;
+/// Captures a thread makes before it gets a cache.
+pub const AFTER: u32 = 256;
+/// Caches kept for threads to come.
+const POOL: usize = 16;
+
+struct Entry {
+    /// 0: empty.
+    epoch: u64,
+    /// When it was last met or stored (the cache's clock).
+    used: u64,
+    skip: (u64, u64),
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    bp_needed: bool,
+    room: u32,
+    n: u32,
+    /// (frames, id): the stack id these frames were interned as, as a memo keeps it
+    /// (`Memo::stack_id`); (0, 0) until noted, and again when the entry is stored anew.
+    stack: (u32, u32),
+    n_words: u32,
+    frames: [u64; FRAMES],
+    words: [(u64, u64); WORDS],
+}
+
+pub struct Cache {
+    entries: [Entry; ENTRIES],
+    clock: u64,
+    /// Lookups and hits in the current window of `WINDOW` lookups, and the captures it
+    /// still sits out (`active`).
+    tries: u32,
+    hits: u32,
+    off: u32,
+}
+
+/// Lookups per window; a window with fewer than one hit in `POOR` turns the cache off for
+/// `REST` captures (more call paths of one depth in turn than a set holds: every lookup
+/// missed and every walk was stored for nothing, a third slower than without the cache).
+const WINDOW: u32 = 1024;
+const POOR: u32 = 16;
+const REST: u32 = 16 * 1024;
+
+/// The entries of the set of stack pointer `sp`.
+fn set(sp: u64) -> std::ops::Range<usize> {
+    let s = ((sp >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % SETS;
+    s * WAYS..(s + 1) * WAYS
+}
+
+/// Where a walk starts, and what it is for.
+#[derive(Clone, Copy)]
+pub struct Start {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub epoch: u64,
+    pub skip: (u64, u64),
+}
+
+impl Cache {
+    /// The frames of the walk from `s`, if an entry of its set is that walk's and every
+    /// word it read still holds its value: copied to `out`; their count and the entry.
+    ///
+    /// # Safety
+    /// The cache is this thread's, and `s.sp..top` its readable stack.
+    #[inline(always)]
+    pub unsafe fn lookup(
+        &mut self,
+        s: Start,
+        out: &mut [MaybeUninit<u64>],
+    ) -> Option<(usize, usize)> {
+        self.clock += 1;
+        let now = self.clock;
+        self.tries += 1;
+        if self.tries == WINDOW {
+            if self.hits * POOR < self.tries {
+                self.off = REST;
+            }
+            self.tries = 0;
+            self.hits = 0;
+        }
+        let ways = set(s.sp);
+        let first = ways.start;
+        for (i, e) in self.entries[ways].iter_mut().enumerate() {
+            // SAFETY: as this function's.
+            if let Some(n) = unsafe { e.meets(s, out) } {
+                e.used = now;
+                self.hits += 1;
+                return Some((n, first + i));
+            }
+        }
+        None
+    }
+
+    /// Whether the cache is used for this capture: not while it sits out a rest after a
+    /// window of lookups that almost all missed.
+    #[inline(always)]
+    pub fn active(&mut self) -> bool {
+        if self.off == 0 {
+            return true;
+        }
+        self.off -= 1;
+        false
+    }
+
+    /// The stack id noted for entry `i` with `frames` frames, if any.
+    pub fn stack_id(&self, i: usize, frames: usize) -> Option<u32> {
+        match self.entries.get(i)?.stack {
+            (n, id) if n as usize == frames && id != 0 => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Notes the id entry `i`'s frames (`frames` of them) were interned as.
+    pub fn set_stack_id(&mut self, i: usize, frames: usize, id: u32) {
+        if let Some(e) = self.entries.get_mut(i) {
+            e.stack = (frames as u32, id);
+        }
+    }
+
+    /// Keeps the walk from `s` that `rec` recorded and that output `out[..n]`.
+    pub fn store(&mut self, s: Start, rec: &memo::Record, out: &[MaybeUninit<u64>], n: usize) {
+        let Some((words, bp_needed)) = rec.whole() else {
+            return;
+        };
+        if words.len() > WORDS || n > FRAMES || out.len() > u32::MAX as usize {
+            return;
+        }
+        self.clock += 1;
+        let now = self.clock;
+        let ways = &mut self.entries[set(s.sp)];
+        let e = (ways.iter_mut())
+            .min_by_key(|e| if e.epoch == 0 { 0 } else { e.used })
+            .expect("a set has entries");
+        e.used = now;
+        e.stack = (0, 0);
+        for (d, w) in e.words.iter_mut().zip(words) {
+            *d = *w;
+        }
+        for (d, f) in e.frames.iter_mut().zip(&out[..n]) {
+            // SAFETY: the walk initialised the first `n` frames.
+            *d = unsafe { f.assume_init() };
+        }
+        e.n_words = words.len() as u32;
+        e.n = n as u32;
+        e.room = out.len() as u32;
+        e.ip = s.ip;
+        e.sp = s.sp;
+        e.bp = s.bp;
+        e.bp_needed = bp_needed;
+        e.skip = s.skip;
+        e.epoch = s.epoch;
+    }
+
+    fn clear(&mut self) {
+        for e in self.entries.iter_mut() {
+            e.epoch = 0;
+        }
+        (self.tries, self.hits, self.off) = (0, 0, 0);
+    }
+}
+
+impl Entry {
+    /// `Cache::lookup` for this entry.
+    ///
+    /// # Safety
+    /// As `Cache::lookup`'s.
+    #[inline(always)]
+    unsafe fn meets(&self, s: Start, out: &mut [MaybeUninit<u64>]) -> Option<usize> {
+        if self.epoch != s.epoch
+            || self.sp != s.sp
+            || self.ip != s.ip
+            || self.skip != s.skip
+            || self.room as usize != out.len()
+            || (self.bp_needed && self.bp != s.bp)
+        {
+            return None;
+        }
+        // Four words at a time without a branch, as `Memo::resume` compares them; the
+        // innermost first, where another call path differs.
+        let words = &self.words[..self.n_words as usize];
+        // SAFETY: the words were read by this thread's walk from this stack pointer: they
+        // lie in its stack, above it.
+        let differs = |&(a, v): &(u64, u64)| unsafe { (a as *const u64).read() } ^ v;
+        let mut chunks = words.chunks_exact(4);
+        for c in &mut chunks {
+            if differs(&c[0]) | differs(&c[1]) | differs(&c[2]) | differs(&c[3]) != 0 {
+                return None;
+            }
+        }
+        if chunks.remainder().iter().any(|w| differs(w) != 0) {
+            return None;
+        }
+        let n = self.n as usize;
+        for (o, f) in out[..n].iter_mut().zip(&self.frames[..n]) {
+            *o = MaybeUninit::new(*f);
+        }
+        Some(n)
+    }
+}
+
+static FREE: once_cell::sync::Lazy<crossbeam_queue::ArrayQueue<usize>> =
+    once_cell::sync::Lazy::new(|| crossbeam_queue::ArrayQueue::new(POOL));
+
+/// A cache for the calling thread: an exited thread's, emptied, else a new one (null if
+/// there is no memory for it).
+pub fn take() -> *mut Cache {
+    if let Some(p) = FREE.pop() {
+        let cache = p as *mut Cache;
+        // SAFETY: a cache given back by `give_back`, owned by nobody now.
+        unsafe { (*cache).clear() };
+        return cache;
+    }
+    // SAFETY: calloc has no preconditions; all-zero bytes are a valid `Cache` (every
+    // entry empty: epoch 0).
+    unsafe { libc::calloc(1, std::mem::size_of::<Cache>()) as *mut Cache }
+}
+
+/// Gives an exiting thread's cache back, for a thread to come (or frees it).
+pub fn give_back(cache: *mut Cache) {
+    if cache.is_null() {
+        return;
+    }
+    if let Err(p) = FREE.push(cache as usize) {
+        // SAFETY: from calloc, owned by the exiting thread, used by nobody after it.
+        unsafe { libc::free(p as *mut libc::c_void) };
+    }
+}
