@@ -21,7 +21,7 @@
 //! the thread that walked; an entry is only read by that thread (a cache taken over from
 //! an exited thread is emptied first).
 //!
-//! A thread gets its cache (about 800 KiB of address space, calloc'ed: only the entries
+//! A thread gets its cache (about 1 MiB of address space, calloc'ed: only the entries
 //! used are touched) at its `AFTER`th capture, so short-lived threads never pay for one;
 //! an exiting thread gives it back for the next (`give_back`, from the ring's thread-exit
 //! destructor).
@@ -238,13 +238,19 @@ impl Entry {
     }
 }
 
-static FREE: once_cell::sync::Lazy<crossbeam_queue::ArrayQueue<usize>> =
-    once_cell::sync::Lazy::new(|| crossbeam_queue::ArrayQueue::new(POOL));
+/// Caches given back by exited threads. Only ever `try_lock`ed: a thread never waits, and
+/// a fork child whose parent had another thread holding it (now gone) just allocates.
+static FREE: parking_lot::Mutex<([usize; POOL], usize)> = parking_lot::Mutex::new(([0; POOL], 0));
 
 /// A cache for the calling thread: an exited thread's, emptied, else a new one (null if
 /// there is no memory for it).
 pub fn take() -> *mut Cache {
-    if let Some(p) = FREE.pop() {
+    let reused = FREE.try_lock().and_then(|mut free| {
+        let (caches, n) = &mut *free;
+        *n = n.checked_sub(1)?;
+        Some(caches[*n])
+    });
+    if let Some(p) = reused {
         let cache = p as *mut Cache;
         // SAFETY: a cache given back by `give_back`, owned by nobody now.
         unsafe { (*cache).clear() };
@@ -257,11 +263,21 @@ pub fn take() -> *mut Cache {
 
 /// Gives an exiting thread's cache back, for a thread to come (or frees it).
 pub fn give_back(cache: *mut Cache) {
-    if cache.is_null() {
+    if cache.is_null() || cache == GONE {
         return;
     }
-    if let Err(p) = FREE.push(cache as usize) {
-        // SAFETY: from calloc, owned by the exiting thread, used by nobody after it.
-        unsafe { libc::free(p as *mut libc::c_void) };
+    if let Some(mut free) = FREE.try_lock() {
+        let (caches, n) = &mut *free;
+        if *n < POOL {
+            caches[*n] = cache as usize;
+            *n += 1;
+            return;
+        }
     }
+    // SAFETY: from calloc, owned by the exiting thread, used by nobody after it.
+    unsafe { libc::free(cache as *mut libc::c_void) };
 }
+
+/// A thread's cache once the thread has given it back at exit: captures made during the
+/// rest of its teardown do without (a cache taken then would never be given back).
+pub const GONE: *mut Cache = std::ptr::dangling_mut();

@@ -89,11 +89,22 @@ thread_local! {
 }
 
 impl Thread {
+    /// The first-state cache as it is (null: none yet, or given back).
+    fn first_cache_now(&self) -> *mut first::Cache {
+        match self.first.get() {
+            c if c == first::GONE => std::ptr::null_mut(),
+            c => c,
+        }
+    }
+
     /// The first-state cache, taken at the `first::AFTER`th capture (null before, or
     /// when there was no memory for it).
     #[inline(always)]
     fn first_cache(&self) -> *mut first::Cache {
         let c = self.first.get();
+        if c == first::GONE {
+            return std::ptr::null_mut();
+        }
         if !c.is_null() {
             return c;
         }
@@ -115,7 +126,7 @@ pub fn last_met_first() -> bool {
 
 /// The calling thread is exiting: its first-state cache goes back to the pool.
 pub fn thread_exit() {
-    let _ = THREAD.try_with(|t| first::give_back(t.first.replace(std::ptr::null_mut())));
+    let _ = THREAD.try_with(|t| first::give_back(t.first.replace(first::GONE)));
 }
 
 /// Enables the fast path if glibc has `_dl_find_object` (2.35 and later). Called at
@@ -242,7 +253,7 @@ pub fn memo_stack_id(slot: usize, frames: usize) -> Option<u32> {
         .try_with(|t| match slot.checked_sub(memo::SLOTS) {
             None => t.memos.slots.get(slot)?.stack_id(frames),
             // SAFETY: this thread's own cache (see `Thread::first_cache`).
-            Some(i) => unsafe { t.first.get().as_ref() }?.stack_id(i, frames),
+            Some(i) => unsafe { t.first_cache_now().as_ref() }?.stack_id(i, frames),
         })
         .ok()
         .flatten()
@@ -258,7 +269,7 @@ pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32) {
         }
         Some(i) => {
             // SAFETY: as in `memo_stack_id`.
-            if let Some(c) = unsafe { t.first.get().as_mut() } {
+            if let Some(c) = unsafe { t.first_cache_now().as_mut() } {
                 c.set_stack_id(i, frames, id);
             }
         }
