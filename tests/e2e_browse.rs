@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gpumemprof_tests::profiled::{run_profiled, scratch};
+use gpumemprof_tests::profiled::{run_profiled, scratch, succeeded};
 use gpumemprof_tests::tmux::Tmux;
 use gpumemprof_tests::torch_job::Job;
 use gpumemprof_tests::{analyzer_path, repo_root, sim_dir, source_line_of};
@@ -121,22 +121,15 @@ fn a_python_loop_shows_its_python_lines() {
     const EXAMPLE: &str = "examples/train.py";
     let dir = scratch("browse_python");
     let trace = dir.join("train.trace");
-    let out = Command::new(analyzer_path())
-        .current_dir(repo_root())
+    let mut run = Command::new(analyzer_path());
+    run.current_dir(repo_root())
         .args(["run", "-q", "-o"])
         .arg(&trace)
         .args(["--", "python3", EXAMPLE])
         .env("LD_LIBRARY_PATH", sim_dir())
         .env("STEPS", "8")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .env_remove("LD_PRELOAD");
+    succeeded(&mut run, "gpumemprof run -- python3 examples/train.py");
     let t = browse("python", &dir, &trace, 100, 30);
     let s = t.wait_for("at the peak");
     assert!(
@@ -246,16 +239,14 @@ fn a_damaged_trace_or_no_terminal_is_one_line_and_an_exit_code() {
 /// itself, at the moment the user had chosen (the end).
 #[test]
 fn a_running_job_by_its_pid_followed_until_it_ended() {
+    use gpumemprof_tests::profiled::preload;
+    use gpumemprof_tests::program_command;
     use gpumemprof_tests::running::Running;
-    use gpumemprof_tests::{program_command, shim_path};
     use std::time::Duration;
     let dir = scratch("browse_pid");
     let trace = dir.join("held.trace");
     let mut held = program_command("hold_memory");
-    held.arg("3")
-        .env("LD_PRELOAD", shim_path())
-        .env("GPUMEMPROF_OUTPUT", &trace)
-        .env("GPUMEMPROF_NVML_MS", "0");
+    preload(held.arg("3"), &trace);
     let mut job = Running::start_holding_stdin(held);
     job.wait_for_line("ready", Duration::from_secs(30));
     let command = format!("{} browse --pid {}", analyzer_path().display(), job.pid());

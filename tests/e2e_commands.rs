@@ -724,10 +724,7 @@ fn monitor_stops_for_a_gone_process_and_finds_a_launchers_child() {
     let dir = scratch("commands_gone");
     let trace = dir.join("killed.trace");
     let mut held = program_command("hold_memory");
-    held.arg("3")
-        .env("LD_PRELOAD", shim_path())
-        .env("GPUMEMPROF_OUTPUT", &trace)
-        .env("GPUMEMPROF_NVML_MS", "0");
+    gpumemprof_tests::profiled::preload(held.arg("3"), &trace);
     let mut job = Running::start_holding_stdin(held);
     job.wait_for_line("ready", Duration::from_secs(30));
     job.kill();

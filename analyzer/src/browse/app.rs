@@ -198,10 +198,7 @@ impl<'a> App<'a> {
 
     /// Zoomed out to the whole trace.
     fn fit_zoom(&mut self) {
-        self.per_column = 1;
-        while self.per_column * self.columns < self.buckets() {
-            self.per_column *= 2;
-        }
+        self.per_column = super::chart::per_column_to_fit(self.buckets(), self.columns);
         self.first = 0;
         self.pan_to_cursor();
     }
@@ -234,8 +231,7 @@ impl<'a> App<'a> {
 
     /// The buckets of column `col`.
     pub fn column(&self, col: usize) -> std::ops::Range<usize> {
-        let start = (self.first + col * self.per_column).min(self.buckets());
-        start..(start + self.per_column).min(self.buckets())
+        self.chart().column(col)
     }
 
     /// The bucket where column `col`'s primary series was highest.

@@ -28,14 +28,20 @@ pub struct Chart<'s> {
     pub name: &'s str,
 }
 
+/// The fewest buckets a column (a power of two) that show `buckets` on `columns` columns.
+pub fn per_column_to_fit(buckets: usize, columns: usize) -> usize {
+    let mut per_column = 1;
+    while per_column * columns.max(1) < buckets {
+        per_column *= 2;
+    }
+    per_column
+}
+
 impl Chart<'_> {
     /// The whole of `story` on `columns` columns, the cursor on `bucket`.
     pub fn whole<'s>(story: &'s Story, columns: usize, bucket: usize, name: &'s str) -> Chart<'s> {
         let columns = columns.max(1);
-        let mut per_column = 1;
-        while per_column * columns < story.buckets.len() {
-            per_column *= 2;
-        }
+        let per_column = per_column_to_fit(story.buckets.len(), columns);
         Chart {
             story,
             first: 0,
@@ -48,7 +54,7 @@ impl Chart<'_> {
     }
 
     /// The buckets of column `col`.
-    fn column(&self, col: usize) -> std::ops::Range<usize> {
+    pub fn column(&self, col: usize) -> std::ops::Range<usize> {
         let n = self.story.buckets.len();
         let start = (self.first + col * self.per_column).min(n);
         start..(start + self.per_column).min(n)

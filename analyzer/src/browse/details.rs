@@ -19,6 +19,22 @@ fn kind_words(key: &Key) -> String {
     )
 }
 
+/// The keys of a row's stacks, with their side.
+fn keys(device: i32, kind: gpumemprof_format::MemKind, stacks: &[(Side, u64)]) -> Vec<(Side, Key)> {
+    (stacks.iter())
+        .map(|&(side, stack)| {
+            (
+                side,
+                Key {
+                    device,
+                    kind,
+                    stack,
+                },
+            )
+        })
+        .collect()
+}
+
 /// The whole-trace figures of `keys` of one story together.
 fn lives<'k>(story: &Story, keys: impl Iterator<Item = &'k Key>) -> Option<KeyLife> {
     let mut out: Option<KeyLife> = None;
@@ -132,18 +148,7 @@ fn selected(app: &mut App) -> Option<Shown> {
             Shown {
                 label: app.names.label(s.label).to_string(),
                 live,
-                keys: (s.stacks.iter())
-                    .map(|&(side, stack)| {
-                        (
-                            side,
-                            Key {
-                                device: s.device,
-                                kind: s.kind,
-                                stack,
-                            },
-                        )
-                    })
-                    .collect(),
+                keys: keys(s.device, s.kind, &s.stacks),
                 stack: Ok(s.stacks[0]),
             }
         }
@@ -166,18 +171,7 @@ fn selected(app: &mut App) -> Option<Shown> {
             Shown {
                 label: app.names.label(l.label).to_string(),
                 live,
-                keys: (l.stacks.iter())
-                    .map(|&(side, stack)| {
-                        (
-                            side,
-                            Key {
-                                device: l.device,
-                                kind: l.kind,
-                                stack,
-                            },
-                        )
-                    })
-                    .collect(),
+                keys: keys(l.device, l.kind, &l.stacks),
                 stack: Ok(l.stacks[0]),
             }
         }

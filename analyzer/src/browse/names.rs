@@ -57,8 +57,8 @@ pub struct Names<'a> {
     full: FastMap<(usize, u64), Rc<Vec<String>>>,
 }
 
-/// The label of a stack with no frames.
-pub const NO_STACK: &str = "[no stack captured]";
+/// The label of a stack with no frames, as flamegraphs name it.
+pub use crate::views::flamegraph::NO_STACK;
 
 impl<'a> Names<'a> {
     pub fn new(source: Box<dyn Source + 'a>) -> Self {

@@ -311,11 +311,9 @@ impl StoryBuilder {
     /// The story, with its checkpoints.
     pub fn finish(mut self) -> Story {
         self.close();
+        let end = self.state_now();
         let mut story = self.story;
-        story.end = (self.current.iter().enumerate())
-            .filter(|(_, (b, c))| *b > 0 || *c > 0)
-            .map(|(k, &(b, c))| (k as u32, b, c))
-            .collect();
+        story.end = end;
         let mut state: Vec<(i64, i64)> = vec![(0, 0); story.keys.len()];
         let mut changes = 0;
         for (i, b) in story.buckets.iter().enumerate() {

@@ -132,21 +132,26 @@ fn program(path: &Path, loaded: &Loaded) -> String {
     format!("{}{pid}", super::program(&info.argv))
 }
 
-/// What the interpreter's teardown freed (see `report::teardown`).
-fn freed_at_exit(loaded: &Loaded) -> Vec<LiveAlloc> {
+/// What the interpreter's teardown freed (see `report::teardown`), and the symbolizer that
+/// found it, for the names (what it loaded is loaded once).
+fn freed_at_exit(loaded: &Loaded) -> (Vec<LiveAlloc>, Symbols<'_>) {
     let mut sym = Symbolizer::of(loaded);
-    Teardown::find(&loaded.replayed.exit_tail, &mut sym).map_or_else(Vec::new, |t| t.freed)
+    let freed =
+        Teardown::find(&loaded.replayed.exit_tail, &mut sym).map_or_else(Vec::new, |t| t.freed);
+    (freed, Symbols(sym))
 }
 
 /// The browser of a loaded trace, and of a second one beside it.
 pub fn app<'a>(first: Input<'a>, second: Option<Input<'a>>) -> App<'a> {
     let story = first.builder.finish();
-    let mut names = Names::new(Box::new(Symbols(Symbolizer::of(first.loaded))));
-    let mut exits = vec![freed_at_exit(first.loaded)];
+    let (freed, symbols) = freed_at_exit(first.loaded);
+    let mut names = Names::new(Box::new(symbols));
+    let mut exits = vec![freed];
     let mut incomplete = !complete(first.loaded);
     if let Some(s) = &second {
-        names.add(Box::new(Symbols(Symbolizer::of(s.loaded))));
-        exits.push(freed_at_exit(s.loaded));
+        let (freed, symbols) = freed_at_exit(s.loaded);
+        names.add(Box::new(symbols));
+        exits.push(freed);
         incomplete |= !complete(s.loaded);
     }
     let mut leaked = vec![Leaked {

@@ -17,6 +17,9 @@ use crate::snapshot::Snapshot;
 use crate::symbolize::{Frame, Symbolizer};
 use crate::units;
 
+/// The frame of a stack with no frames (none was captured).
+pub const NO_STACK: &str = "[no stack captured]";
+
 /// The root frame of a (device, kind): `[GPU 0 device]`, `[GPU ? managed]`.
 pub fn root_label(device: i32, kind: MemKind) -> String {
     format!("[GPU {} {}]", units::device(device), kind.name())
@@ -70,7 +73,7 @@ pub fn folded(snapshot: &Snapshot, sym: &mut Symbolizer, inverted: bool) -> Vec<
     for site in &snapshot.sites {
         let mut frames: Vec<String> = sym.stack(site.stack, 0).iter().map(frame_label).collect();
         if frames.is_empty() {
-            frames.push("[no stack captured]".to_string());
+            frames.push(NO_STACK.to_string());
         }
         if !inverted {
             frames.reverse();

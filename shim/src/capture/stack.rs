@@ -128,12 +128,13 @@ mod check {
     pub fn capture_both(out: &mut [MaybeUninit<u64>], lo: u64, hi: u64) -> usize {
         let mut fast = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
         let len = out.len().min(MAX_STACK_DEPTH);
-        let nf = unwind::capture(&mut fast[..len], lo, hi);
+        let fast_memo = unwind::capture_memo(&mut fast[..len], lo, hi);
+        let nf = fast_memo.map(|(n, _)| n);
         let n = capture_slow(out);
         // SAFETY: each unwinder initialised the frames it counted.
         let slow = unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) };
         COMPARED.fetch_add(1, Ordering::Relaxed);
-        if nf.is_some() && unwind::last_met_first() {
+        if fast_memo.is_some_and(|(_, hit)| hit.is_some_and(unwind::is_first_state_entry)) {
             FIRST_MET.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(nf) = nf {

@@ -68,8 +68,6 @@ struct Thread {
     /// capture, then its own (given back at thread exit).
     first: Cell<*mut first::Cache>,
     captures: Cell<u32>,
-    /// The last capture's frames came from the first-state cache (for the check mode).
-    met_first: Cell<bool>,
 }
 
 thread_local! {
@@ -83,7 +81,6 @@ thread_local! {
             },
             first: Cell::new(std::ptr::null_mut()),
             captures: Cell::new(0),
-            met_first: Cell::new(false),
         }
     };
 }
@@ -117,11 +114,6 @@ impl Thread {
         self.first.set(c);
         c
     }
-}
-
-/// Whether this thread's last capture took its frames from the first-state cache.
-pub fn last_met_first() -> bool {
-    THREAD.try_with(|t| t.met_first.get()).unwrap_or(false)
 }
 
 /// The calling thread is exiting: its first-state cache goes back to the pool.
@@ -171,9 +163,16 @@ pub fn note_loader_generation((adds, subs): (u64, u64)) {
 }
 
 /// The current stack's return addresses, innermost first, frames inside `[skip_lo,
-/// skip_hi)` (the shim) skipped as the slow path skips them; `None`: take the slow path.
+/// skip_hi)` (the shim) skipped as the slow path skips them; `None`: take the slow path
+/// (the tests' form of `capture_memo`).
+#[cfg(test)]
 pub fn capture(out: &mut [MaybeUninit<u64>], skip_lo: u64, skip_hi: u64) -> Option<usize> {
     capture_memo(out, skip_lo, skip_hi).map(|(n, _)| n)
+}
+
+/// Whether a memo slot `capture_memo` returned is an entry of the first-state cache.
+pub fn is_first_state_entry(slot: usize) -> bool {
+    slot >= memo::SLOTS
 }
 
 /// `capture`, and the memo slot the walk met at its first state, if it did: then the
@@ -226,7 +225,6 @@ pub fn capture_memo(
             }
             let mut hit = None;
             let n = walk(out, start, top, &t.memos, &mut hit, from, cache)?;
-            t.met_first.set(hit.is_some_and(|h| h >= memo::SLOTS));
             Some((n, hit))
         })
         .ok()
