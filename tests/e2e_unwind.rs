@@ -224,3 +224,23 @@ fn call_paths_in_turn_are_met_in_the_first_state_cache_with_libgccs_frames() {
     let met = first_met(&stderr);
     assert!((2000..=2170).contains(&met), "{stderr}");
 }
+
+/// `varied_sites` with `malloc` (the same call paths for a heap profiler, beside the shim
+/// in `tests/bench/varied.sh`): malloc/free pairs, so no GPU event, and so no trace (the
+/// shim creates it at the first event); the same lines out.
+#[test]
+fn varied_sites_with_malloc_makes_no_gpu_event() {
+    let dir = scratch("unwind_varied_malloc");
+    let run = run_profiled(&dir, "varied_sites", &["7", "20", "3", "malloc"], &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let stdout = String::from_utf8_lossy(&run.output.stdout);
+    assert!(
+        stdout.starts_with("sites=7 rounds=20 depth=3 api=malloc\nns_per_pair="),
+        "{stdout}"
+    );
+    assert!(!run.trace.exists(), "{}", run.trace.display());
+    // The same paths with cudaMalloc/cudaFree: 7 * 20 pairs.
+    let run = run_profiled(&dir, "varied_sites", &["7", "20", "3", "cuda"], &[]);
+    let (_, records) = decode(&run.trace);
+    assert_eq!(alloc_and_free_events(&records), 280);
+}

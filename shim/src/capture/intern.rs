@@ -4,16 +4,18 @@
 //! ```text
 //!  frames ─► 64-bit hash ─► this thread's direct-mapped cache (512 slots, no lock)
 //!                               hit: the id                (the common case: loops repeat)
-//!                               miss: global table (mutex) ─► id, new stacks also queued in
-//!                                     `fresh` for the writer, who writes each definition
-//!                                     before any event that uses it
+//!                               miss: global table (mutex), keyed by the same hash ─► id;
+//!                                     new stacks also queued in `fresh` (the frames shared)
+//!                                     for the writer, who writes each definition before
+//!                                     any event that uses it
 //! ```
 //!
 //! A thread inserts a stack into the global table before it pushes the event that uses
 //! it, and the writer takes `fresh` definitions after it has popped a batch of events; so
-//! every id in that batch is defined first. Ids are never reused. The cache key is the
-//! stack's 64-bit hash (length included): two different stacks would have to collide in
-//! all 64 bits to share an id.
+//! every id in that batch is defined first. Ids are never reused. The key, in the cache
+//! and in the table alike, is the stack's 64-bit hash (length included): two different
+//! stacks would have to collide in all 64 bits to share an id (for a million stacks, about
+//! one chance in 37 million).
 //!
 //! Python code objects (what Python frames in a stack name) are interned in the same
 //! table, under the same lock, so the writer takes new codes and new stacks together and
@@ -24,6 +26,7 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use gpumemprof_format::{PyCode, PY_MAX_CODE_ID};
 
@@ -44,8 +47,16 @@ impl Hasher for FxHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
+        // Eight bytes a round (a `[u64]` or a string hashes as its bytes), the rest padded.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 56));
         }
     }
     fn write_u64(&mut self, v: u64) {
@@ -62,11 +73,17 @@ pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// allocated at its address would have to reuse both strings' addresses too.
 pub type CodeKey = [usize; 4];
 
+/// A stack's frames, shared by the table and the writer's queue (one allocation each).
+pub type Frames = Arc<[u64]>;
+
 struct Table {
-    ids: FxMap<Box<[u64]>, u64>,
+    /// Stacks by their 64-bit `hash` (computed once, for the thread's cache too), as the
+    /// thread's cache keys them: the id, and the frames (for a forked child to write them
+    /// again; a lookup never reads them, so a stack met again costs one cache line here).
+    ids: FxMap<u64, (u64, Frames)>,
     next: u64,
     /// Defined but not yet written by the writer.
-    fresh: Vec<(u64, Box<[u64]>)>,
+    fresh: Vec<(u64, Frames)>,
     codes: FxMap<CodeKey, u64>,
     /// Every code defined so far (a forked child writes them all again).
     code_defs: Vec<PyCode>,
@@ -112,7 +129,7 @@ pub fn intern_code(key: CodeKey, describe: impl FnOnce() -> (String, String, u32
 /// lanes, each over every fourth frame, so the multiply chains overlap instead of
 /// waiting on each other (a 25-frame stack hashes in about a quarter of the latency).
 #[inline]
-fn hash(frames: &[u64]) -> u64 {
+pub fn hash(frames: &[u64]) -> u64 {
     const K: u64 = 0xA24B_AED4_963E_E407;
     let mut lanes = [
         (frames.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -151,15 +168,16 @@ pub fn intern(frames: &[u64]) -> u32 {
     }) {
         return id as u32;
     }
-    let id = intern_slow(frames);
+    let id = intern_slow(frames, h);
     let _ = CACHE.try_with(|c| c[slot].set((h, id)));
     id as u32
 }
 
+/// The global table's id for `frames`, whose `hash` is `h`, defining it if new.
 #[cold]
-fn intern_slow(frames: &[u64]) -> u64 {
+fn intern_slow(frames: &[u64], h: u64) -> u64 {
     let mut t = TABLE.lock();
-    if let Some(&id) = t.ids.get(frames) {
+    if let Some(&(id, _)) = t.ids.get(&h) {
         return id;
     }
     if t.next > u32::MAX as u64 {
@@ -167,15 +185,15 @@ fn intern_slow(frames: &[u64]) -> u64 {
     }
     let id = t.next;
     t.next += 1;
-    let key: Box<[u64]> = frames.into();
-    t.ids.insert(key.clone(), id);
+    let key: Frames = frames.into();
+    t.ids.insert(h, (id, key.clone()));
     t.fresh.push((id, key));
     id
 }
 
 /// Moves every stack defined since the last call into `out`, and copies every Python
 /// code defined since then into `codes` (the writer writes the codes first).
-pub fn take_fresh(out: &mut Vec<(u64, Box<[u64]>)>, codes: &mut Vec<PyCode>) {
+pub fn take_fresh(out: &mut Vec<(u64, Frames)>, codes: &mut Vec<PyCode>) {
     let mut t = TABLE.lock();
     if !t.fresh.is_empty() {
         out.append(&mut t.fresh);
@@ -207,7 +225,7 @@ pub unsafe fn unlock_after_fork() {
 pub unsafe fn child_after_fork() {
     // SAFETY: the lock is held (taken before fork), so this thread has the table.
     let t = &mut *TABLE.data_ptr();
-    let mut all: Vec<(u64, Box<[u64]>)> = t.ids.iter().map(|(k, &id)| (id, k.clone())).collect();
+    let mut all: Vec<(u64, Frames)> = t.ids.values().cloned().collect();
     all.sort_by_key(|(id, _)| *id);
     t.fresh = all;
     t.fresh_codes = 0;

@@ -134,24 +134,25 @@ fn capture_stack(depth: usize) -> u32 {
     // hashing them (BENCHMARKS.md, "fourth session" and "2026-11-25, third").
     if !python::active() {
         // No Python frames are noted for any memo yet: an id noted here is of native
-        // frames alone, which is what the noted absence of Python frames says once an
-        // interpreter is found (it is never lost again).
+        // frames alone, noted with fingerprint 0, which is that of no Python frames once
+        // an interpreter is found (it is never lost again).
         let Some(slot) = memo else {
             return intern::intern(frames);
         };
-        if let Some(id) = unwind::memo_stack_id(slot, n) {
+        if let Some(id) = unwind::memo_stack_id(slot, n, 0) {
             return id;
         }
         let id = intern::intern(frames);
-        unwind::set_memo_stack_id(slot, n, id);
+        unwind::set_memo_stack_id(slot, n, id, 0);
         return id;
     }
     with_python(frames, memo)
 }
 
 /// `capture_stack` once an interpreter is found: the thread's Python frames read, and the
-/// memo's id reused only when they are the ones noted with it. Its own function, so the
-/// frames' 1 KiB buffer is not in the native path's stack frame.
+/// id noted for the memo (or first-state cache entry) reused only when it was noted with
+/// these Python frames (their fingerprint). Its own function, so the frames' 1 KiB buffer
+/// is not in the native path's stack frame.
 #[inline(never)]
 fn with_python(frames: &[u64], memo: Option<usize>) -> u32 {
     let n = frames.len();
@@ -160,14 +161,12 @@ fn with_python(frames: &[u64], memo: Option<usize>) -> u32 {
     let Some(slot) = memo else {
         return intern_with_python(frames, &py);
     };
-    if let Some(id) = unwind::memo_stack_id(slot, n) {
-        if python::memo::same(slot, &py) {
-            return id;
-        }
+    let with = python::fingerprint::of(&py);
+    if let Some(id) = unwind::memo_stack_id(slot, n, with) {
+        return id;
     }
     let id = intern_with_python(frames, &py);
-    unwind::set_memo_stack_id(slot, n, id);
-    python::memo::note(slot, &py);
+    unwind::set_memo_stack_id(slot, n, id, with);
     id
 }
 

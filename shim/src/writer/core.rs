@@ -42,7 +42,7 @@ pub struct WriterCore {
     pub(super) start_ns: u64,
     /// Stamps (TSC or ns) to trace nanoseconds.
     pub(super) clock: clock::Converter,
-    pub(super) fresh_stacks: Vec<(u64, Box<[u64]>)>,
+    pub(super) fresh_stacks: Vec<(u64, intern::Frames)>,
     /// NVTX names interned since the last definitions were written; the flight recorder
     /// keeps every one until its dump.
     pub(super) nvtx_names: Vec<(u64, String)>,

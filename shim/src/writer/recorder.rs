@@ -14,7 +14,7 @@
 //! record per live allocation, every distinct stack and module seen.
 
 use super::pending::Pending;
-use crate::capture::intern::FxMap;
+use crate::capture::intern::{self, FxMap};
 use gpumemprof_format::{Alloc, Module, Tensor, FREE_RANGE};
 use std::collections::VecDeque;
 
@@ -26,7 +26,7 @@ pub struct Recorder {
     base: [FxMap<u64, Alloc>; 3],
     /// Framework tensors live before the ring's first event, by address.
     tensors: FxMap<u64, Tensor>,
-    pub stacks: Vec<(u64, Box<[u64]>)>,
+    pub stacks: Vec<(u64, intern::Frames)>,
     /// Python code objects the stacks name (written before them).
     pub codes: Vec<gpumemprof_format::PyCode>,
     pub modules: Vec<Module>,

@@ -27,8 +27,8 @@
 //!   word in the trace, so a repeated frame costs a lookup, not a string copy; code objects
 //!   are defined once (`intern::intern_code`).
 
+pub mod fingerprint;
 mod layout;
-pub mod memo;
 mod words;
 
 pub use layout::{for_version, table_text};
@@ -277,6 +277,19 @@ impl Frames {
     fn end_call(&mut self) {
         self.ends[self.calls] = MaybeUninit::new(self.n as u8);
         self.calls += 1;
+    }
+
+    /// Frames as a walk would have read them: `calls` evaluator calls of these words each.
+    #[cfg(test)]
+    pub fn of_calls(calls: &[&[u64]]) -> Frames {
+        let mut f = Frames::new();
+        for c in calls {
+            for &w in *c {
+                f.push_word(w);
+            }
+            f.end_call();
+        }
+        f
     }
 }
 

@@ -55,9 +55,9 @@ struct Entry {
     bp_needed: bool,
     room: u32,
     n: u32,
-    /// (frames, id): the stack id these frames were interned as, as a memo keeps it
-    /// (`Memo::stack_id`); (0, 0) until noted, and again when the entry is stored anew.
-    stack: (u32, u32),
+    /// The stack id these frames were interned as, as a memo keeps it (`Memo::stack_id`);
+    /// none until noted, and again when the entry is stored anew.
+    stack: memo::Noted,
     n_words: u32,
     frames: [u64; FRAMES],
     words: [(u64, u64); WORDS],
@@ -142,18 +142,15 @@ impl Cache {
         false
     }
 
-    /// The stack id noted for entry `i` with `frames` frames, if any.
-    pub fn stack_id(&self, i: usize, frames: usize) -> Option<u32> {
-        match self.entries.get(i)?.stack {
-            (n, id) if n as usize == frames && id != 0 => Some(id),
-            _ => None,
-        }
+    /// The stack id noted for entry `i` with `frames` frames and `with`, if any.
+    pub fn stack_id(&self, i: usize, frames: usize, with: u64) -> Option<u32> {
+        self.entries.get(i)?.stack.id(frames, with)
     }
 
-    /// Notes the id entry `i`'s frames (`frames` of them) were interned as.
-    pub fn set_stack_id(&mut self, i: usize, frames: usize, id: u32) {
+    /// Notes the id entry `i`'s frames (`frames` of them), with `with`, were interned as.
+    pub fn set_stack_id(&mut self, i: usize, frames: usize, id: u32, with: u64) {
         if let Some(e) = self.entries.get_mut(i) {
-            e.stack = (frames as u32, id);
+            e.stack = memo::Noted::new(frames, id, with);
         }
     }
 
@@ -172,7 +169,7 @@ impl Cache {
             .min_by_key(|e| if e.epoch == 0 { 0 } else { e.used })
             .expect("a set has entries");
         e.used = now;
-        e.stack = (0, 0);
+        e.stack = memo::Noted::NONE;
         for (d, w) in e.words.iter_mut().zip(words) {
             *d = *w;
         }

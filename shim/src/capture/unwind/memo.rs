@@ -62,10 +62,41 @@ pub struct Memo {
     n_words: Cell<usize>,
     /// (address, value) of every stack word the walk read, in order.
     words: [Cell<(u64, u64)>; WORDS],
-    /// (frames, id): the interned id of this memo's first `frames` frames, as a walk met
-    /// at its first state outputs them; (0, 0) until the caller sets it (`set_stack_id`),
-    /// and again whenever the memo is stored anew or forgotten.
-    stack: Cell<(usize, u32)>,
+    /// The interned id of this memo's frames as a walk met at its first state outputs
+    /// them; none until the caller notes one (`set_stack_id`), and again whenever the
+    /// memo is stored anew or forgotten.
+    stack: Cell<Noted>,
+}
+
+/// A stack id noted for a memo's (or a first-state cache entry's) frames: the id of its
+/// first `frames` frames together with what the caller merged into them, which it names by
+/// `with` (the Python frames' fingerprint; 0: nothing). `id` 0: nothing noted.
+#[derive(Clone, Copy)]
+pub struct Noted {
+    frames: u32,
+    id: u32,
+    with: u64,
+}
+
+impl Noted {
+    pub const NONE: Noted = Noted {
+        frames: 0,
+        id: 0,
+        with: 0,
+    };
+
+    pub fn new(frames: usize, id: u32, with: u64) -> Noted {
+        match u32::try_from(frames) {
+            Ok(frames) => Noted { frames, id, with },
+            Err(_) => Noted::NONE,
+        }
+    }
+
+    /// The id, if one was noted for `frames` frames with `with`.
+    #[inline(always)]
+    pub fn id(self, frames: usize, with: u64) -> Option<u32> {
+        (self.id != 0 && self.frames as usize == frames && self.with == with).then_some(self.id)
+    }
 }
 
 /// What comparing the walk with a memo at one state found.
@@ -107,24 +138,22 @@ impl Memo {
             lowest: [const { Cell::new(0) }; STATES],
             n_words: Cell::new(0),
             words: [const { Cell::new((0, 0)) }; WORDS],
-            stack: Cell::new((0, 0)),
+            stack: Cell::new(Noted::NONE),
         }
     }
 
     /// The stack id set for a walk that met this memo at its first state and output
-    /// `frames` frames; `None` if none was set since the memo was stored.
+    /// `frames` frames, with `with` merged in; `None` if none was set since the memo was
+    /// stored, or for other frames or another `with`.
     #[inline(always)]
-    pub fn stack_id(&self, frames: usize) -> Option<u32> {
-        match self.stack.get() {
-            (n, id) if n == frames && id != 0 => Some(id),
-            _ => None,
-        }
+    pub fn stack_id(&self, frames: usize, with: u64) -> Option<u32> {
+        self.stack.get().id(frames, with)
     }
 
-    /// Notes the id the frames of such a walk were interned as.
+    /// Notes the id the frames of such a walk, with `with`, were interned as.
     #[inline(always)]
-    pub fn set_stack_id(&self, frames: usize, id: u32) {
-        self.stack.set((frames, id));
+    pub fn set_stack_id(&self, frames: usize, id: u32, with: u64) {
+        self.stack.set(Noted::new(frames, id, with));
     }
 
     /// States remembered for this epoch and shim range (0 if none).
@@ -236,13 +265,13 @@ impl Memo {
     #[cfg(test)]
     pub fn forget(&self) {
         self.epoch.set(0);
-        self.stack.set((0, 0));
+        self.stack.set(Noted::NONE);
     }
 
     /// Remembers a complete walk.
     pub fn store(&self, rec: &Record, epoch: u64, skip: (u64, u64), full: bool, now: u64) {
         self.epoch.set(0);
-        self.stack.set((0, 0));
+        self.stack.set(Noted::NONE);
         if rec.overflow {
             return;
         }

@@ -33,9 +33,6 @@ mod first;
 mod memo;
 pub mod rules;
 
-/// Memos per thread (`capture_memo` returns a slot below this).
-pub use memo::SLOTS as MEMO_SLOTS;
-
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -243,32 +240,33 @@ struct Regs {
     bp: u64,
 }
 
-/// The stack id noted for memo `slot` of this thread with `frames` frames
-/// (`capture_memo`), if any. Slots from `memo::SLOTS` on are entries of the first-state
-/// cache.
-pub fn memo_stack_id(slot: usize, frames: usize) -> Option<u32> {
+/// The stack id noted for memo `slot` of this thread with `frames` frames and `with`
+/// merged into them (`capture_memo`; `with` names what the caller merged, 0 for nothing),
+/// if any. Slots from `memo::SLOTS` on are entries of the first-state cache.
+pub fn memo_stack_id(slot: usize, frames: usize, with: u64) -> Option<u32> {
     THREAD
         .try_with(|t| match slot.checked_sub(memo::SLOTS) {
-            None => t.memos.slots.get(slot)?.stack_id(frames),
+            None => t.memos.slots.get(slot)?.stack_id(frames, with),
             // SAFETY: this thread's own cache (see `Thread::first_cache`).
-            Some(i) => unsafe { t.first_cache_now().as_ref() }?.stack_id(i, frames),
+            Some(i) => unsafe { t.first_cache_now().as_ref() }?.stack_id(i, frames, with),
         })
         .ok()
         .flatten()
 }
 
-/// Notes that the frames `capture_memo` returned with memo `slot` were interned as `id`.
-pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32) {
+/// Notes that the frames `capture_memo` returned with memo `slot`, with `with` merged
+/// into them, were interned as `id`.
+pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32, with: u64) {
     let _ = THREAD.try_with(|t| match slot.checked_sub(memo::SLOTS) {
         None => {
             if let Some(m) = t.memos.slots.get(slot) {
-                m.set_stack_id(frames, id);
+                m.set_stack_id(frames, id, with);
             }
         }
         Some(i) => {
             // SAFETY: as in `memo_stack_id`.
             if let Some(c) = unsafe { t.first_cache_now().as_mut() } {
-                c.set_stack_id(i, frames, id);
+                c.set_stack_id(i, frames, id, with);
             }
         }
     });
