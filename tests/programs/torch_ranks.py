@@ -8,7 +8,9 @@ Each rank trains the same MLP on its own device (its LOCAL_RANK) with Adam, all-
 gradients over the `nccl` backend after each backward (DistributedDataParallel's constructor checks
 the ranks' parameters with kernels, which compute nothing on the simulated GPU). Rank r keeps the
 output of each of its steps for logging when r is odd: the leak of one rank. After the last step each
-rank prints one JSON line with its rank and what PyTorch says (torch.cuda.memory_stats()).
+rank prints one JSON line with its rank and what PyTorch says (torch.cuda.memory_stats()), in one
+write(2) (the ranks share the pipe; print() may write the line and its newline apart, and two ranks'
+lines then ran together).
 """
 
 import json
@@ -43,7 +45,7 @@ def main():
             kept.append(out.detach())  # LEAK: odd ranks keep each step's output
     stats = torch.cuda.memory_stats()
     keys = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated")
-    print(json.dumps({"event": "done", "rank": rank, "stats": {k: stats[k] for k in keys}}), flush=True)
+    os.write(1, (json.dumps({"event": "done", "rank": rank, "stats": {k: stats[k] for k in keys}}) + "\n").encode())
     # Autograd's device thread lets go of the last backward pass before the interpreter
     # finalizes (PyTorch issue #190489): a backward after it runs after that.
     x = torch.ones(1, device="cuda", requires_grad=True)
