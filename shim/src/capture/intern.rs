@@ -125,12 +125,23 @@ pub fn intern_code(key: CodeKey, describe: impl FnOnce() -> (String, String, u32
     Some(id)
 }
 
+/// One round of `hash`: `v` folded into `h`.
+#[inline(always)]
+pub fn mix(h: u64, v: u64) -> u64 {
+    (h.rotate_left(23) ^ v).wrapping_mul(0xA24B_AED4_963E_E407)
+}
+
+/// The last step of `hash`: the high bits folded down, and never 0.
+#[inline(always)]
+pub fn finish(h: u64) -> u64 {
+    (h ^ (h >> 29)) | 1
+}
+
 /// 64-bit hash of a stack, never 0 (0 marks an empty cache slot). Four independent
 /// lanes, each over every fourth frame, so the multiply chains overlap instead of
 /// waiting on each other (a 25-frame stack hashes in about a quarter of the latency).
 #[inline]
 pub fn hash(frames: &[u64]) -> u64 {
-    const K: u64 = 0xA24B_AED4_963E_E407;
     let mut lanes = [
         (frames.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         0x243F_6A88_85A3_08D3,
@@ -140,17 +151,17 @@ pub fn hash(frames: &[u64]) -> u64 {
     let mut chunks = frames.chunks_exact(4);
     for c in &mut chunks {
         for i in 0..4 {
-            lanes[i] = (lanes[i].rotate_left(23) ^ c[i]).wrapping_mul(K);
+            lanes[i] = mix(lanes[i], c[i]);
         }
     }
     for (i, &f) in chunks.remainder().iter().enumerate() {
-        lanes[i] = (lanes[i].rotate_left(23) ^ f).wrapping_mul(K);
+        lanes[i] = mix(lanes[i], f);
     }
     let mut h = lanes[0];
     for &l in &lanes[1..] {
-        h = (h.rotate_left(23) ^ l).wrapping_mul(K);
+        h = mix(h, l);
     }
-    (h ^ (h >> 29)) | 1
+    finish(h)
 }
 
 /// The id of this stack (0 for an empty stack, or once 2^32 - 1 ids are taken),

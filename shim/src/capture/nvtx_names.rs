@@ -16,7 +16,7 @@
 //! the shim without bound). Ids start at 1 and are never reused, so an id doubles as an
 //! NVTX handle (domain, registered string) that is never NULL.
 
-use crate::capture::intern::FxMap;
+use crate::capture::intern::{self, FxMap};
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -64,12 +64,12 @@ fn hash(bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = (h.rotate_left(23) ^ w).wrapping_mul(0xA24B_AED4_963E_E407);
+        h = intern::mix(h, w);
     }
     for &b in chunks.remainder() {
-        h = (h.rotate_left(23) ^ u64::from(b)).wrapping_mul(0xA24B_AED4_963E_E407);
+        h = intern::mix(h, u64::from(b));
     }
-    (h ^ (h >> 29)) | 1
+    intern::finish(h)
 }
 
 /// The id of this name (at most `MAX_NAME` bytes), defining it on first sight.

@@ -18,14 +18,13 @@ pub fn of(f: &Frames) -> u64 {
     if words.is_empty() && ends.is_empty() {
         return 0;
     }
-    const K: u64 = 0xA24B_AED4_963E_E407;
     let mut h = intern::hash(words) ^ (ends.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for c in ends.chunks(8) {
         let mut b = [0u8; 8];
         b[..c.len()].copy_from_slice(c);
-        h = (h.rotate_left(23) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+        h = intern::mix(h, u64::from_le_bytes(b));
     }
-    (h ^ (h >> 29)) | 1
+    intern::finish(h)
 }
 
 #[cfg(test)]
