@@ -1,7 +1,7 @@
 //! `gpumemprof browse` in a real terminal (tmux, see `tmux.rs`): traces of a C training loop,
-//! a Python one and a real PyTorch job, driven by keys as a user would, the screens read
-//! back; a trace that cannot be read and a stdout that is not a terminal get one line and
-//! their exit codes.
+//! a Python one and a real PyTorch job, two runs side by side (by step too), a job folder of
+//! ranks, driven by keys as a user would, the screens read back; a trace that cannot be read
+//! and a stdout that is not a terminal get one line and their exit codes.
 
 use std::path::Path;
 use std::process::Command;
@@ -9,7 +9,7 @@ use std::process::Command;
 use gpumemprof_tests::profiled::{run_profiled, scratch, succeeded};
 use gpumemprof_tests::tmux::Tmux;
 use gpumemprof_tests::torch_job::Job;
-use gpumemprof_tests::{analyzer_path, repo_root, sim_dir, source_line_of};
+use gpumemprof_tests::{analyzer_path, repo_root, shim_path, sim_dir, source_line_of};
 
 fn browse(name: &str, dir: &Path, trace: &Path, width: u16, height: u16) -> Tmux {
     let command = format!("{} browse {}", analyzer_path().display(), trace.display());
@@ -336,4 +336,128 @@ fn two_runs_side_by_side() {
     );
     t.keys(&["q"]);
     t.wait_for("EXIT=0");
+}
+
+/// Two runs of the real PyTorch loop (`torch_train.py 3 --nvtx`), the second pausing 0.3 s
+/// before each step: at A's peak (its step 3), B by time has not begun its steps; by step
+/// (`a` twice) it is in its step 3 too.
+#[test]
+fn two_pytorch_runs_follow_each_other_step_for_step() {
+    let dir = scratch("browse_steps");
+    let (a, b) = (dir.join("fast.trace"), dir.join("slow.trace"));
+    let nvtx = shim_path().display().to_string();
+    let env = [("NVTX_INJECTION64_PATH", nvtx.as_str())];
+    Job::run("torch_train.py", &["3", "--nvtx"], &env, Some(&a));
+    Job::run(
+        "torch_train.py",
+        &["3", "--nvtx", "--pause", "0.3"],
+        &env,
+        Some(&b),
+    );
+    let command = format!(
+        "{} browse {} {}",
+        analyzer_path().display(),
+        a.display(),
+        b.display()
+    );
+    let t = Tmux::start("steps", &dir, &command, 100, 30);
+    let s = t.wait_for("B at the peak");
+    let a_line = line_with(&s, "▶ A at the peak");
+    assert!(
+        a_line.ends_with(" s (step 3/3): 39.3 MiB of tensors (reserved 42.0 MiB)"),
+        "{s}"
+    );
+    // Away from the peak and back: B follows by time (B's own moment words, not step 3).
+    t.keys(&["l", "h"]);
+    let s = t.wait_for("  B at ");
+    assert_eq!(line_with(&s, "▶ A at the peak"), a_line);
+    let b_line = line_with(&s, "  B at ");
+    assert!(b_line.contains(" (before step 1/3): "), "{s}");
+    t.keys(&["a", "a"]);
+    let s = t.wait_for("follows by step");
+    assert_eq!(
+        line_with(&s, "follows by step"),
+        "the second trace follows by step (NVTX ranges)"
+    );
+    assert!(line_with(&s, "  B at ").contains(" s (step 3/3): "), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+}
+
+/// A job folder of three ranks of `examples/train_leak.c` (10, 20 and 15 steps, `RANK`
+/// set, one trace per rank): rank 0 beside the rank that peaked highest (1), their leaks at
+/// the end; `--rank 2` picks another; a rank the folder has not is one line and exit 1.
+#[test]
+fn a_job_folder_shows_its_first_rank_beside_the_highest() {
+    let dir = scratch("browse_job");
+    let job = dir.join("job");
+    std::fs::create_dir_all(&job).unwrap();
+    for (rank, steps) in [("0", "10"), ("1", "20"), ("2", "15")] {
+        let trace = job.join(format!("train.r{rank}.trace"));
+        let out = trace.display().to_string();
+        let run = run_profiled(
+            &dir,
+            "train_leak",
+            &[steps],
+            &[("RANK", rank), ("GPUMEMPROF_OUTPUT", &out)],
+        );
+        assert_eq!(run.output.status.code(), Some(0));
+    }
+    let width = c_width();
+    let leak = c_line("GPUMEMPROF-LEAK");
+    let command = |rank: &str| {
+        format!(
+            "{} browse {}{rank}",
+            analyzer_path().display(),
+            job.display()
+        )
+    };
+    let t = Tmux::start("job", &dir, &command(""), width, 30);
+    let s = t.wait_for("B at the peak");
+    let title = line_with(&s, "gpumemprof browse");
+    assert!(title.contains(" · A: rank 0: "), "{title}");
+    assert!(title.contains(" · B: rank 1: "), "{title}");
+    assert_eq!(
+        line_with(&s, "highest peak"),
+        "B: rank 1, the highest peak of the 2 other traces (--rank N picks another)"
+    );
+    t.keys(&["e"]);
+    let s = t.wait_for("B at the end");
+    assert_eq!(
+        line_with(&s, &leak),
+        row_of(
+            width,
+            &format!("      · keep_for_logging at {leak}"),
+            "10.0 MiB   20.0 MiB   +10.0 MiB"
+        )
+    );
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+    let t = Tmux::start("job2", &dir, &command(" --rank 2"), width, 30);
+    t.keys(&["e"]);
+    let s = t.wait_for("B at the end");
+    assert!(
+        line_with(&s, "gpumemprof browse").contains(" · B: rank 2: "),
+        "{s}"
+    );
+    assert_eq!(
+        line_with(&s, &leak),
+        row_of(
+            width,
+            &format!("      · keep_for_logging at {leak}"),
+            "10.0 MiB   15.0 MiB    +5.0 MiB"
+        )
+    );
+    t.keys(&["q"]);
+    t.wait_for("EXIT=0");
+    let t = Tmux::start("job7", &dir, &command(" --rank 7"), 200, 10);
+    let s = t.wait_for("EXIT=");
+    assert!(
+        s.ends_with(&format!(
+            "gpumemprof: error: {}: no trace of rank 7 beside rank 0 (A); the others are: \
+             rank 1, rank 2\nEXIT=1",
+            job.display()
+        )),
+        "{s}"
+    );
 }

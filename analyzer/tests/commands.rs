@@ -1341,6 +1341,12 @@ fn browse_needs_a_terminal_and_one_or_two_traces() {
     assert_eq!(code(&gpumemprof(&["browse", t, t, t])), Some(2));
     assert_eq!(code(&gpumemprof(&["browse"])), Some(2));
     assert_eq!(code(&gpumemprof(&["browse", t, "--pid", "1"])), Some(2));
+    // --rank picks among a job folder's traces: it needs a TRACE (or folder), not a pid.
+    assert_eq!(code(&gpumemprof(&["browse", "--rank", "1"])), Some(2));
+    assert_eq!(
+        code(&gpumemprof(&["browse", "--pid", "1", "--rank", "1"])),
+        Some(2)
+    );
 }
 
 #[test]

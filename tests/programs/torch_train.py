@@ -1,7 +1,7 @@
 """A small PyTorch training loop with the commonest leak, run by the tests on the unmodified torch
 package and the simulated GPU (tests/torch_package.rs).
 
-    torch_train.py STEPS [--snapshot PATH]
+    torch_train.py STEPS [--snapshot PATH] [--nvtx] [--pause SECONDS]
 
 An MLP (nn.Module) trained with Adam for STEPS steps on random batches; each step keeps its output
 in a module-level list "for logging", so one activation per step stays live until the interpreter
@@ -9,7 +9,9 @@ exits. After each step one JSON line gives what PyTorch itself says (torch.cuda.
 and the CLOCK_MONOTONIC time it was read at; after the last, one line "kinds" gives the bytes
 PyTorch holds as parameters, optimizer state and gradients (each tensor rounded up to the
 allocator's 512 bytes, as its blocks are); with --snapshot, PyTorch's own recorder runs from the
-start and its snapshot is dumped to PATH after the last step (the line "snapshot" says when).
+start and its snapshot is dumped to PATH after the last step (the line "snapshot" says when);
+with --nvtx each step is one NVTX range ("step", torch.cuda.nvtx), and with --pause the
+loop sleeps SECONDS before each step (a slower run of the same steps).
 Last, one small backward pass lets autograd's thread finish with the training's (see
 drain_autograd), and the line "end" gives the stats at the program's end.
 """
@@ -99,15 +101,30 @@ def train_step(model, opt, batch):
 
 def main():
     steps = int(sys.argv[1])
-    snapshot = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--snapshot" else None
+    snapshot, nvtx, pause = None, False, 0.0
+    rest = iter(sys.argv[2:])
+    for arg in rest:
+        if arg == "--snapshot":
+            snapshot = next(rest)
+        elif arg == "--nvtx":
+            nvtx = True
+        elif arg == "--pause":
+            pause = float(next(rest))
+        else:
+            sys.exit(f"torch_train.py: unknown argument {arg}")
     if snapshot:
         torch.cuda.memory._record_memory_history(max_entries=100000)
     torch.manual_seed(0)
     model = MLP().cuda()  # PARAMETERS
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     for step in range(steps):
+        time.sleep(pause)
+        if nvtx:
+            torch.cuda.nvtx.range_push("step")
         batch = torch.randn(BATCH, IN, device="cuda")  # BATCH
         train_step(model, opt, batch)
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
         report("step", step=step)
     report("kinds", **kinds(model, opt))
     if snapshot:

@@ -44,6 +44,7 @@ pub fn run_on(path: &Path, what: &str, out: &mut dyn Write) -> io::Result<()> {
         path: &path,
         loaded: &loaded,
         builder,
+        label: None,
     };
     let mut app = crate::cmd::browse::app(input, None);
     let mut terminal = Terminal::new(TestBackend::new(80, 24))?;

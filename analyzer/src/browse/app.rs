@@ -8,6 +8,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use super::moment::{Align, Moment, Other};
 use super::names::Names;
 use super::sites::{self, LeakRow, SiteRow};
+use super::steps;
 use super::story::Story;
 use super::tree::{self, Openness, Row, Tree};
 
@@ -275,6 +276,11 @@ impl<'a> App<'a> {
                     let b = m.bucket(&self.story);
                     Moment::Bucket(other.bucket_of_change(self.story.changes_before(b)))
                 }
+                Align::Steps => {
+                    let t = m.time(&self.story);
+                    let theirs = steps::align(&self.story.steps, &other.steps, t);
+                    Moment::Bucket(other.bucket_of(theirs.unwrap_or(t)))
+                }
             },
         }
     }
@@ -514,11 +520,13 @@ impl<'a> App<'a> {
             KeyCode::Char('a') if self.other.is_some() => {
                 self.align = match self.align {
                     Align::Time => Align::Events,
-                    Align::Events => Align::Time,
+                    Align::Events if !self.story.steps.is_empty() => Align::Steps,
+                    Align::Events | Align::Steps => Align::Time,
                 };
                 self.message = Some(match self.align {
                     Align::Time => "the second trace follows by time".to_string(),
                     Align::Events => "the second trace follows by event".to_string(),
+                    Align::Steps => "the second trace follows by step (NVTX ranges)".to_string(),
                 });
                 self.go(self.moment);
             }

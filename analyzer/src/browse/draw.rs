@@ -51,7 +51,9 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
         None => (chart_height, 0),
     };
     let charts = a_rows + 1 + if app.other.is_some() { b_rows + 1 } else { 0 };
-    let list_top = 1 + charts as u16 + 1 + 1;
+    let moment = moment(app, area.width as usize);
+    let moment_rows = moment.len() as u16;
+    let list_top = 1 + charts as u16 + moment_rows + 1;
     let list_rows = area.height.saturating_sub(list_top + 1) as usize;
     app.layout(area.width as usize - GUTTER, list_rows);
 
@@ -63,7 +65,7 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
         lines.extend(chart::lines(&b, b_rows));
     }
     frame.render_widget(Paragraph::new(lines), at(1, charts as u16));
-    frame.render_widget(Paragraph::new(moment(app)), at(1 + charts as u16, 1));
+    frame.render_widget(Paragraph::new(moment), at(1 + charts as u16, moment_rows));
     frame.render_widget(
         Paragraph::new(tabs(app, area.width as usize)),
         at(list_top - 1, 1),
@@ -144,8 +146,8 @@ fn live_words(app: &App, side: usize) -> String {
 }
 
 /// "▶ at the peak, 1.234 s: 96.0 MiB of tensors (reserved 120.0 MiB)"; with two traces,
-/// each one's moment and figure.
-fn moment(app: &App) -> Line<'static> {
+/// each one's moment and figure, B's on a line of its own when both do not fit in `width`.
+fn moment(app: &App, width: usize) -> Vec<Line<'static>> {
     let s = &app.story;
     let asked = match app.moment {
         Moment::Oom(n) => (s.ooms.get(n)).map_or_else(String::new, |o| {
@@ -162,32 +164,39 @@ fn moment(app: &App) -> Line<'static> {
                 .map_or_else(String::new, |c| format!(" · device {}", units::bytes(c)));
             spans.push(Span::styled(
                 format!(
-                    "{} {}{asked}",
+                    "{} {}{}{asked}",
                     app.moment_words(),
-                    units::secs(app.moment_time())
+                    units::secs(app.moment_time()),
+                    app.moment.step_words(s),
                 ),
                 bold,
             ));
             spans.push(Span::raw(format!(": {}{device}", live_words(app, 0))));
+            vec![Line::from(spans)]
         }
         Some(o) => {
-            let when = |words: String, t: u64| format!("{words} {}", units::secs(t));
-            spans.push(Span::styled(
-                format!("A {}", when(app.moment_words(), app.moment_time())),
-                bold,
-            ));
-            spans.push(Span::raw(format!(": {} · ", live_words(app, 0))));
-            spans.push(Span::styled(
-                format!(
-                    "B {}",
-                    when(o.moment.words(&o.story), o.moment.time(&o.story))
-                ),
-                bold,
-            ));
-            spans.push(Span::raw(format!(": {}", live_words(app, 1))));
+            let when = |m: Moment, story| {
+                let t = units::secs(m.time(story));
+                format!("{} {t}{}", m.words(story), m.step_words(story))
+            };
+            spans.push(Span::styled(format!("A {}", when(app.moment, s)), bold));
+            spans.push(Span::raw(format!(": {}", live_words(app, 0))));
+            let b = [
+                Span::styled(format!("B {}", when(o.moment, &o.story)), bold),
+                Span::raw(format!(": {}", live_words(app, 1))),
+            ];
+            let one = Line::from(spans.clone()).width() + 3 + Line::from(b.to_vec()).width();
+            if one <= width {
+                spans.push(Span::raw(" · "));
+                spans.extend(b);
+                vec![Line::from(spans)]
+            } else {
+                let mut second = vec![Span::raw("  ")];
+                second.extend(b);
+                vec![Line::from(spans), Line::from(second)]
+            }
         }
     }
-    Line::from(spans)
 }
 
 fn tabs(app: &App, width: usize) -> Line<'static> {
@@ -453,7 +462,7 @@ fn help() -> Vec<Line<'static>> {
         "Enter     details: the whole stack, allocations, kind",
         "/ n N     search frames by name or file; next/previous",
         "Esc       clear the search     Tab  tree, top sites, leaks",
-        "a         two traces: B follows A by time or by event",
+        "a         two traces: B follows A by time, event or step",
         "r         read the trace again   q  quit",
     ]
     .iter()

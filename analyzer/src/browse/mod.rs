@@ -7,6 +7,7 @@
 //! moment rebuilt from a checkpoint) and `deltas` (its changes per bucket); `names` (stacks
 //! resolved once and interned), `tree` (the call tree of a moment, what is open, the
 //! search), `sites` (the flat views), `moment` (the moments shown, and a second trace's),
+//! `steps` (the training steps NVTX ranges mark, to follow a second trace step for step),
 //! `app` (state and keys, no terminal), `chart`, `draw` and `details` (the screen).
 //! `cmd/browse.rs` runs the terminal and the loop.
 
@@ -18,6 +19,7 @@ pub mod draw;
 pub mod moment;
 pub mod names;
 pub mod sites;
+pub mod steps;
 pub mod story;
 pub mod tree;
 

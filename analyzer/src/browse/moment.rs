@@ -22,6 +22,9 @@ pub enum Align {
     Time,
     /// The same number of allocations made live and released before it.
     Events,
+    /// The same point of the same training step (`steps`), by time where the second trace
+    /// has not that step.
+    Steps,
 }
 
 /// The second trace of `browse A B`: its story, its name and the moment shown.
@@ -56,6 +59,14 @@ impl Moment {
             Moment::Bucket(b) => b,
             Moment::Oom(n) => (story.ooms.get(n)).map_or(0, |o| story.bucket_of(o.time_ns)),
             Moment::End => story.buckets.len().saturating_sub(1),
+        }
+    }
+
+    /// ` (step 3/10)` where the trace marks steps, else nothing.
+    pub fn step_words(self, story: &Story) -> String {
+        match super::steps::words(&story.steps, self.time(story)) {
+            w if w.is_empty() => w,
+            w => format!(" ({w})"),
         }
     }
 

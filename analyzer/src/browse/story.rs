@@ -29,6 +29,7 @@ use crate::replay::LiveChange;
 use crate::snapshot::StackBytes;
 
 use super::deltas::{add, sorted, Delta, Sums};
+use super::steps::{Step, StepFinder};
 
 /// Buckets at most: a wide terminal has a few hundred columns, so zooming in 16 times
 /// still has a bucket per column; more would cost memory (a delta per stack per bucket).
@@ -101,6 +102,8 @@ pub struct Story {
     pub oom_count: u64,
     /// The device's memory, summed over devices, where the trace tells it.
     pub capacity: Option<u64>,
+    /// The training steps its NVTX ranges mark (`steps`).
+    pub steps: Vec<Step>,
     checkpoints: Vec<Vec<(u32, u64, u64)>>,
     end: Vec<(u32, u64, u64)>,
     /// Changes before each bucket.
@@ -124,6 +127,7 @@ pub struct StoryBuilder {
     rest: Sums,
     tensor_devices: Vec<i32>,
     capacity: Vec<(i32, u64)>,
+    steps: StepFinder,
 }
 
 impl Default for StoryBuilder {
@@ -150,6 +154,7 @@ impl StoryBuilder {
             rest: Sums::default(),
             tensor_devices: Vec::new(),
             capacity: Vec::new(),
+            steps: StepFinder::default(),
         }
     }
 
@@ -308,12 +313,21 @@ impl StoryBuilder {
             .collect()
     }
 
+    /// The highest the primary series (tensors, else device memory) has been so far.
+    pub fn peak(&self) -> u64 {
+        (self.story.buckets.iter())
+            .map(|b| b.primary_max)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The story, with its checkpoints.
     pub fn finish(mut self) -> Story {
         self.close();
         let end = self.state_now();
         let mut story = self.story;
         story.end = end;
+        story.steps = self.steps.finish(story.end_ns);
         let mut state: Vec<(i64, i64)> = vec![(0, 0); story.keys.len()];
         let mut changes = 0;
         for (i, b) in story.buckets.iter().enumerate() {
@@ -396,6 +410,7 @@ impl Observer for StoryBuilder {
             Record::Sample(s) if s.device_total > 0 => {
                 set_capacity(&mut self.capacity, s.device, s.device_total);
             }
+            Record::Nvtx(n) => self.steps.record(n),
             _ => {}
         }
     }

@@ -1,7 +1,7 @@
 //! `browse` driven by keys on ratatui's test backend, with exact screens; and the story's
 //! moments against a replay done the slow way.
 
-use gpumemprof_format::{AllocFailed, MemKind, Record, OUT_OF_MEMORY};
+use gpumemprof_format::{AllocFailed, MemKind, Nvtx, NvtxOp, Record, OUT_OF_MEMORY};
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
@@ -86,13 +86,18 @@ fn training() -> (StoryBuilder, Vec<LiveAlloc>) {
 /// `training`, keeping `kept` bytes a step, and with `cache` a 5 MiB batch kept from the
 /// first step on (stack 5).
 fn training_keeping(kept: u64, cache: bool) -> (StoryBuilder, Vec<LiveAlloc>) {
+    training_paced(kept, cache, 1_000_000_000)
+}
+
+/// `training_keeping`, its steps `period_ns` apart (from 1 s on).
+fn training_paced(kept: u64, cache: bool, period_ns: u64) -> (StoryBuilder, Vec<LiveAlloc>) {
     let mut ev = Vec::new();
     if cache {
         ev.push((1_000_000_000, true, 0x9999, 5 * MIB, 5));
     }
     let mut address = 0x1000;
     for step in 0..3u64 {
-        let t = 1_000_000_000 + step * 1_000_000_000;
+        let t = 1_000_000_000 + step * period_ns;
         let (a, b, c, d) = (address, address + 1, address + 2, address + 3);
         address += 4;
         ev.push((t, true, a, 8 * MIB, 1));
@@ -612,6 +617,78 @@ fn two_runs_side_by_side_with_their_differences() {
 │ Over the whole trace: 3 allocations of 2.0 MiB, the first at 1.400 s, the las│
 │ B: Over the whole trace: 3 allocations of 3.0 MiB, the first at 1.400 s, the │"
     );
+}
+
+/// Each step of `training_paced` marked by an NVTX range (thread 1), from its start to
+/// 10 ms after its last allocation.
+fn mark_steps(b: &mut StoryBuilder, period_ns: u64) {
+    for step in 0..3u64 {
+        let t = 1_000_000_000 + step * period_ns;
+        for (time_ns, op) in [(t, NvtxOp::Push), (t + 410_000_000, NvtxOp::Pop)] {
+            b.record(&Record::Nvtx(Nvtx {
+                time_ns,
+                tid: 1,
+                op,
+                domain: 0,
+                name: 0,
+                range: 0,
+            }));
+        }
+    }
+}
+
+/// A run with steps 1 s apart beside one with steps 1.5 s apart: by time, B's moment is
+/// between its steps; by step, at the same point of the same step. At 80 columns B's moment
+/// has a line of its own; at 100 both fit on one.
+#[test]
+fn two_runs_of_different_speeds_follow_each_other_step_for_step() {
+    let (mut a, a_live) = training();
+    let (mut b, b_live) = training_paced(3 * MIB, false, 1_500_000_000);
+    mark_steps(&mut a, 1_000_000_000);
+    mark_steps(&mut b, 1_500_000_000);
+    let (a, b) = (a.finish(), b.finish());
+    let mut names = names();
+    names.add(Box::new(table()));
+    let sides =
+        [(&a_live, &[][..]), (&b_live, &[][..])].map(|(live, at_exit)| Leaked { live, at_exit });
+    let leaks = sites::leaks(&sides, &mut names, a.tensors);
+    let mut app = App::new(a, names, "train.py (pid 42)".into(), leaks);
+    app.compare(b, "train.py (pid 43)".into());
+    assert_eq!(
+        lines(&mut app, 7, 8),
+        "▶ A at the peak 3.200 s (step 3/3): 17.0 MiB live
+  B at the peak 4.200 s (step 3/3): 19.0 MiB live"
+    );
+    // A's step 3, a quarter through: B by time is between its steps 2 and 3 (2.5 s and
+    // 4.0 s; nothing changed in its 2 ms bucket holding 3.1 s, so its moment is the
+    // bucket's start), by event at A's number of changes, by step a quarter through its
+    // step 3 (4.1 s).
+    code(&mut app, KeyCode::Left);
+    assert_eq!(
+        lines(&mut app, 7, 8),
+        "▶ A at 3.100 s (step 3/3): 16.0 MiB live
+  B at 3.098 s (after step 2/3): 6.0 MiB live"
+    );
+    press(&mut app, "a");
+    assert_eq!(lines(&mut app, 23, 23), "the second trace follows by event");
+    press(&mut app, "a");
+    assert_eq!(
+        screen(&mut app, 100, 24).lines().nth(7).unwrap(),
+        "▶ A at 3.100 s (step 3/3): 16.0 MiB live · B at 4.100 s (step 3/3): 18.0 MiB live"
+    );
+    assert_eq!(
+        lines(&mut app, 23, 23),
+        "the second trace follows by step (NVTX ranges)"
+    );
+    // Before the first step, B is as long before its own; then back to time.
+    press(&mut app, "s");
+    assert_eq!(
+        lines(&mut app, 7, 8),
+        "▶ A at 0.000 s (before step 1/3): 0 B live
+  B at 0.000 s (before step 1/3): 0 B live"
+    );
+    press(&mut app, "a");
+    assert_eq!(lines(&mut app, 23, 23), "the second trace follows by time");
 }
 
 #[test]

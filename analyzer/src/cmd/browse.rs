@@ -1,5 +1,6 @@
-//! `gpumemprof browse TRACE [TRACE2]` (or `--pid PID`): reads the traces (a progress bar on
-//! stderr), then runs the terminal browser (`browse`) until `q`. A trace still being
+//! `gpumemprof browse TRACE [TRACE2]` (or a job folder, or `--pid PID`): reads the traces (a
+//! progress bar on stderr; which ones: `browse_job`), then runs the terminal browser
+//! (`browse`) until `q`. A trace still being
 //! written is followed: read again, what the user set up kept, whenever it grew (looked at
 //! every second between keys, and at most a fifth of the time spent reading); `r` reads
 //! again at once. Needs a terminal on stdout.
@@ -16,6 +17,7 @@ use crate::browse::app::{Action, App};
 use crate::browse::names::{Names, Symbols};
 use crate::browse::sites::{self, Leaked};
 use crate::browse::story::StoryBuilder;
+use crate::cmd::browse_job::{self, Opened};
 use crate::error::Error;
 use crate::live::find_trace;
 use crate::replay::{LiveAlloc, Loaded};
@@ -24,12 +26,20 @@ use crate::report::TraceInfo;
 use crate::symbolize::Symbolizer;
 
 #[derive(Debug, ClapArgs)]
-#[group(required = true, multiple = false)]
 pub struct Args {
     /// The trace file (one still being written is read again as it grows). A second trace
-    /// is shown beside the first: two runs of a job, or two ranks.
-    #[arg(num_args = 1..=2, value_name = "TRACE")]
+    /// is shown beside the first: two runs of a job, or two ranks. A job folder (one trace
+    /// per rank): its first rank beside the one that peaked highest of the others.
+    #[arg(
+        num_args = 1..=2,
+        value_name = "TRACE",
+        required_unless_present = "pid",
+        conflicts_with = "pid"
+    )]
     pub traces: Vec<PathBuf>,
+    /// With a job folder: the rank shown beside the first.
+    #[arg(long, value_name = "N", requires = "traces", conflicts_with = "pid")]
+    pub rank: Option<u64>,
     /// Browse the trace of this running process (found as `monitor --pid` finds it),
     /// following it as it grows.
     #[arg(long, value_name = "PID")]
@@ -44,28 +54,35 @@ pub fn run(args: &Args) -> Result<(), Error> {
                 .to_string(),
         ));
     }
-    let paths = match args.pid {
-        Some(pid) => vec![find_trace(pid)?],
-        None => args.traces.clone(),
-    };
     // The first read shows its progress bar before the screen changes.
     let started = Instant::now();
-    let mut read = read_all(&paths)?;
+    let Opened {
+        paths,
+        mut read,
+        mut note,
+    } = match args.pid {
+        Some(pid) => browse_job::open(&[find_trace(pid)?], None)?,
+        None => browse_job::open(&args.traces, args.rank)?,
+    };
     let mut reading = started.elapsed();
     let mut terminal = ratatui::try_init().map_err(Error::Output)?;
     let _restore = Restore;
     let mut kept = None;
     loop {
         let (action, keep) = {
-            let mut inputs = read.iter_mut().map(|(path, loaded, builder)| Input {
+            let mut inputs = read.iter_mut().map(|(path, loaded, builder, label)| Input {
                 path,
                 loaded,
                 builder: std::mem::take(builder),
+                label: label.clone(),
             });
             let first = inputs.next().expect("clap requires a trace");
             let mut app = app(first, inputs.next());
             if let Some(k) = kept.take() {
                 app.restore(k);
+            }
+            if let Some(n) = note.take() {
+                app.message.get_or_insert(n);
             }
             let sizes = file_sizes(&paths);
             let follow = app.incomplete;
@@ -83,7 +100,10 @@ pub fn run(args: &Args) -> Result<(), Error> {
         let quiet = crate::term::quiet();
         crate::term::set_quiet(true);
         let started = Instant::now();
-        let again = read_all(&paths);
+        let labels = read.iter().map(|r| r.3.clone());
+        let again: Result<Vec<_>, _> = (paths.iter().zip(labels))
+            .map(|(p, label)| browse_job::read_one(p, label))
+            .collect();
         crate::term::set_quiet(quiet);
         read = again?;
         reading = started.elapsed();
@@ -100,17 +120,6 @@ impl Drop for Restore {
     }
 }
 
-/// Each trace read, with its story.
-fn read_all(paths: &[PathBuf]) -> Result<Vec<(&Path, Loaded, StoryBuilder)>, Error> {
-    let mut read = Vec::new();
-    for path in paths {
-        let mut builder = StoryBuilder::new();
-        let loaded = crate::input::load_keeping_exit(path, &mut [&mut builder])?;
-        read.push((path.as_path(), loaded, builder));
-    }
-    Ok(read)
-}
-
 /// The traces' sizes now (0 for one that cannot be read).
 fn file_sizes(paths: &[PathBuf]) -> Vec<u64> {
     (paths.iter())
@@ -123,13 +132,16 @@ pub struct Input<'a> {
     pub path: &'a Path,
     pub loaded: &'a Loaded,
     pub builder: StoryBuilder,
+    /// How the title names it before its program (`rank 3`), if it does.
+    pub label: Option<String>,
 }
 
-/// `train.py 4 (pid 42)`.
-fn program(path: &Path, loaded: &Loaded) -> String {
-    let info = TraceInfo::new(path, loaded);
+/// `train.py 4 (pid 42)`, `rank 3: train.py 4 (pid 42)`.
+fn program(input: &Input) -> String {
+    let info = TraceInfo::new(input.path, input.loaded);
     let pid = info.pid.map_or_else(String::new, |p| format!(" (pid {p})"));
-    format!("{}{pid}", super::program(&info.argv))
+    let label = (input.label.as_ref()).map_or_else(String::new, |l| format!("{l}: "));
+    format!("{label}{}{pid}", super::program(&info.argv))
 }
 
 /// What the interpreter's teardown freed (see `report::teardown`), and the symbolizer that
@@ -143,6 +155,7 @@ fn freed_at_exit(loaded: &Loaded) -> (Vec<LiveAlloc>, Symbols<'_>) {
 
 /// The browser of a loaded trace, and of a second one beside it.
 pub fn app<'a>(first: Input<'a>, second: Option<Input<'a>>) -> App<'a> {
+    let (first_program, second_program) = (program(&first), second.as_ref().map(program));
     let story = first.builder.finish();
     let (freed, symbols) = freed_at_exit(first.loaded);
     let mut names = Names::new(Box::new(symbols));
@@ -165,9 +178,9 @@ pub fn app<'a>(first: Input<'a>, second: Option<Input<'a>>) -> App<'a> {
         });
     }
     let leaks = sites::leaks(&leaked, &mut names, story.tensors);
-    let mut app = App::new(story, names, program(first.path, first.loaded), leaks);
-    if let Some(s) = second {
-        app.compare(s.builder.finish(), program(s.path, s.loaded));
+    let mut app = App::new(story, names, first_program, leaks);
+    if let (Some(s), Some(p)) = (second, second_program) {
+        app.compare(s.builder.finish(), p);
     }
     app.incomplete = incomplete;
     if incomplete {

@@ -21,6 +21,7 @@ pub mod totals;
 // flags of the commands that follow a trace being written).
 pub mod analyze;
 pub mod browse;
+pub mod browse_job;
 pub mod common;
 pub mod diagnose;
 pub mod diff;

@@ -147,7 +147,7 @@ type Merged = BTreeMap<(MemKind, Vec<String>), Site>;
 /// Runs `summary`/`peak`/`leaks` on several traces or directories: prints the report,
 /// then applies the gates to every trace.
 pub fn run(inputs: &[PathBuf], opts: &Options) -> Result<(), Error> {
-    let files = sorted(collect_listed(inputs)?)?;
+    let files = entries(inputs)?;
     let report = build(&files, opts)?;
     common::emit(opts.json, &report, write_text)?;
     match opts.which {
@@ -166,6 +166,11 @@ pub fn run(inputs: &[PathBuf], opts: &Options) -> Result<(), Error> {
             opts.max_peak,
         ),
     }
+}
+
+/// The traces named, each directory replaced by its traces, sorted by rank (`sorted`).
+pub fn entries(inputs: &[PathBuf]) -> Result<Vec<Entry>, Error> {
+    sorted(collect_listed(inputs)?)
 }
 
 /// The files named, with each directory replaced by its traces; the same file once.
