@@ -87,7 +87,14 @@ fn report(
         return forward();
     }
     hooked(forward, |(), me| {
-        let mut r = Rec::new(EventKind::Tensor, Api::_None, clock::now());
+        // The allocator reports under its own lock, which the next thread to take the
+        // block takes after: a release is stamped as before one (`now_before_release`).
+        let t = if alloc_size < 0 {
+            clock::now_before_release()
+        } else {
+            clock::now()
+        };
+        let mut r = Rec::new(EventKind::Tensor, Api::_None, t);
         r.mem = MemKind::Tensor;
         r.result = u32::from(FRAMEWORK_PYTORCH);
         r.device = i32::from((device >> 8) as u8 as i8);

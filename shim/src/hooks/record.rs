@@ -43,7 +43,7 @@ pub fn hooked_free<R: Copy>(
     let Some(guard) = Guard::enter() else {
         return call();
     };
-    let t0 = clock::now();
+    let t0 = clock::now_before_release();
     let r = call();
     after_call(guard, |me| after(r, t0, me));
     r

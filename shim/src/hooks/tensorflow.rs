@@ -220,7 +220,7 @@ fn deallocate(class: &Class, this: *mut c_void, ptr: *mut c_void) {
     // The size while the block is still the allocator's; the time before the call.
     let mut size = None;
     in_shim(|_| size = class.device_block(this, ptr));
-    let t0 = clock::now();
+    let t0 = clock::now_before_release();
     // SAFETY: the caller's arguments (outside the guard, as for AllocateRaw).
     unsafe { real(this, ptr) };
     if let Some(size) = size {

@@ -36,11 +36,23 @@ pub fn uses_tsc() -> bool {
     USE_TSC.load(Ordering::Relaxed)
 }
 
-/// An event stamp: TSC ticks or monotonic ns (see `Converter`).
+/// An event stamp: TSC ticks or monotonic ns (see `Converter`), taken after what it
+/// stamps (an allocation, after its call returned).
 #[inline(always)]
 pub fn now() -> u64 {
     if USE_TSC.load(Ordering::Relaxed) {
-        rdtsc()
+        rdtsc_after()
+    } else {
+        now_ns()
+    }
+}
+
+/// `now`, for a stamp taken *before* a call that hands memory over to other threads (a
+/// free, before its call): no fence is needed there (see `rdtsc_before`).
+#[inline(always)]
+pub fn now_before_release() -> u64 {
+    if USE_TSC.load(Ordering::Relaxed) {
+        rdtsc_before()
     } else {
         now_ns()
     }
@@ -48,22 +60,44 @@ pub fn now() -> u64 {
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn rdtsc() -> u64 {
+fn rdtsc_after() -> u64 {
     // SAFETY: lfence and rdtsc have no memory effects. The fence keeps the read after the
-    // instructions before it (an allocation is stamped after its call returned). Without
-    // it, a stamp taken after seeing another thread's hand-off read lower than the stamp
-    // that thread took before it, in up to 11% of hand-offs and by up to 197 ticks
-    // (tests/bench/clock_skew.c): an address freed on one thread and allocated on another
-    // could replay as allocated before it was freed. It costs 22 ns a pair (BENCHMARKS.md).
+    // instructions before it (an allocation is stamped after its call returned, and after
+    // the load in it that saw another thread's free). Without it, a stamp taken after
+    // seeing another thread's hand-off read lower than the stamp that thread took before
+    // it, in up to 11% of hand-offs and by up to 197 ticks (tests/bench/clock_skew.c): an
+    // address freed on one thread and allocated on another could replay as allocated
+    // before it was freed. It costs about 12 ns an allocation (BENCHMARKS.md).
     unsafe {
         std::arch::x86_64::_mm_lfence();
         std::arch::x86_64::_rdtsc()
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn rdtsc_before() -> u64 {
+    // SAFETY: rdtsc has no memory effects. Unfenced, it may read the counter early, which
+    // is harmless before a release, or late, but never after it retires; instructions
+    // retire in order, and the store that releases the memory (the runtime's unlock, in
+    // the call that follows) becomes visible to other threads only after it retires. So
+    // this stamp is never later than the release, and the fenced stamp of another thread's
+    // allocation that saw it is never earlier (clock_skew.c mode 2: 0 inversions in 39 M
+    // hand-offs where bare stamps on both sides gave thousands). A later stamp of this
+    // thread is kept from reading lower by the writer (`Ring::drain` keeps a thread's
+    // stamps in program order).
+    unsafe { std::arch::x86_64::_rdtsc() }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn rdtsc() -> u64 {
+fn rdtsc_after() -> u64 {
+    now_ns()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn rdtsc_before() -> u64 {
     now_ns()
 }
 
@@ -122,9 +156,49 @@ pub struct Converter {
     first: (u64, u64),
     /// (ticks, ns) pairs in increasing order.
     anchors: VecDeque<(u64, u64)>,
-    /// The segment (`anchors[i]..anchors[i + 1]`) the last stamp fell in: stamps are
-    /// converted in time order, so the next one is nearly always there or just after.
-    hint: std::cell::Cell<usize>,
+    /// The segment between two anchors that the last stamp fell in: stamps are converted
+    /// in time order, so the next one is nearly always there. Two anchors never change,
+    /// so a segment stays right after the anchors move on.
+    seg: std::cell::Cell<Segment>,
+}
+
+/// `lo.0 <= stamp < hi_tick` converts to `lo.1 + (stamp - lo.0) * mult / 2^32`: the
+/// straight line between two anchors in integers (a conversion of `u64` to `f64` and
+/// back, and a division, per event were a fifth of the writer's time), rounded down, so
+/// exact at `lo`, below `hi`'s ns before `hi`, and monotonic.
+#[derive(Clone, Copy)]
+struct Segment {
+    lo: (u64, u64),
+    hi_tick: u64,
+    mult: u64,
+}
+
+impl Segment {
+    /// None yet: no stamp is in it.
+    const NONE: Segment = Segment {
+        lo: (1, 0),
+        hi_tick: 0,
+        mult: 0,
+    };
+
+    fn between(lo: (u64, u64), hi: (u64, u64)) -> Segment {
+        let ticks = u128::from(hi.0 - lo.0).max(1);
+        let mult = (u128::from(hi.1.saturating_sub(lo.1)) << 32) / ticks;
+        Segment {
+            lo,
+            hi_tick: hi.0,
+            mult: u64::try_from(mult).unwrap_or(u64::MAX),
+        }
+    }
+
+    #[inline(always)]
+    fn convert(&self, stamp: u64) -> Option<u64> {
+        if stamp < self.lo.0 || stamp >= self.hi_tick {
+            return None;
+        }
+        let d = u128::from(stamp - self.lo.0) * u128::from(self.mult);
+        Some(self.lo.1.saturating_add((d >> 32) as u64))
+    }
 }
 
 impl Converter {
@@ -135,7 +209,7 @@ impl Converter {
             tsc,
             first: a,
             anchors: VecDeque::from([a]),
-            hint: std::cell::Cell::new(0),
+            seg: std::cell::Cell::new(Segment::NONE),
         }
     }
 
@@ -152,7 +226,6 @@ impl Converter {
         }
         if self.anchors.len() >= MAX_ANCHORS {
             self.anchors.pop_front();
-            self.hint.set(self.hint.get().saturating_sub(1));
         }
         self.anchors.push_back(a);
     }
@@ -163,33 +236,27 @@ impl Converter {
         if !self.tsc {
             return stamp;
         }
-        let n = self.anchors.len();
-        // Nearly every stamp lies in the last stamp's segment or the next: no search.
-        let h = self.hint.get();
-        for i in [h, h + 1] {
-            if i + 1 < n {
-                let (lo, hi) = (self.anchors[i], self.anchors[i + 1]);
-                if stamp >= lo.0 && stamp <= hi.0 {
-                    self.hint.set(i);
-                    let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
-                    return extrapolate(lo, rate, stamp);
-                }
-            }
+        // Nearly every stamp lies in the last stamp's segment: no search.
+        if let Some(ns) = self.seg.get().convert(stamp) {
+            return ns;
         }
-        let (lo, hi) = if n < 2 {
+        let n = self.anchors.len();
+        if n < 2 {
             // One anchor: extrapolate at the first-to-now rate (or 1 ns/tick).
             return extrapolate(self.anchors[0], self.long_rate(), stamp);
-        } else if stamp <= self.anchors[0].0 {
-            (self.anchors[0], self.anchors[1])
-        } else if stamp >= self.anchors[n - 1].0 {
+        }
+        if stamp < self.anchors[0].0 {
+            let (lo, hi) = (self.anchors[0], self.anchors[1]);
+            let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
+            return extrapolate(lo, rate, stamp);
+        }
+        if stamp >= self.anchors[n - 1].0 {
             return extrapolate(self.anchors[n - 1], self.long_rate(), stamp);
-        } else {
-            let i = self.anchors.partition_point(|a| a.0 <= stamp);
-            self.hint.set(i - 1);
-            (self.anchors[i - 1], self.anchors[i])
-        };
-        let rate = (hi.1 - lo.1) as f64 / (hi.0 - lo.0) as f64;
-        extrapolate(lo, rate, stamp)
+        }
+        let i = self.anchors.partition_point(|a| a.0 <= stamp);
+        let seg = Segment::between(self.anchors[i - 1], self.anchors[i]);
+        self.seg.set(seg);
+        seg.convert(stamp).expect("the stamp lies in its segment")
     }
 
     /// The largest stamp whose time is at most `ns` (the inverse of `to_ns`, for
@@ -252,9 +319,9 @@ fn extrapolate(a: (u64, u64), rate: f64, stamp: u64) -> u64 {
 
 /// A (ticks, ns) pair read together: the ns read between two tick reads.
 fn pair() -> (u64, u64) {
-    let t1 = rdtsc();
+    let t1 = rdtsc_after();
     let n = now_ns();
-    let t2 = rdtsc();
+    let t2 = rdtsc_after();
     (t1 / 2 + t2 / 2, n)
 }
 
@@ -268,7 +335,7 @@ mod tests {
             tsc: true,
             first: (1000, 5000),
             anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
-            hint: Default::default(),
+            seg: std::cell::Cell::new(Segment::NONE),
         };
         assert_eq!(c.to_ns(1000), 5000);
         assert_eq!(c.to_ns(3000), 6000);
@@ -286,12 +353,30 @@ mod tests {
     }
 
     #[test]
+    fn a_fractional_rate_rounds_down_and_stays_below_the_next_anchor() {
+        let c = Converter {
+            tsc: true,
+            first: (1000, 5000),
+            anchors: VecDeque::from([(1000, 5000), (4000, 6000), (4003, 6001)]),
+            seg: std::cell::Cell::new(Segment::NONE),
+        };
+        // 1000 ns over 3000 ticks: a third of a ns a tick.
+        assert_eq!(c.to_ns(2000), 5333);
+        assert_eq!(c.to_ns(3999), 5999);
+        assert_eq!(c.to_ns(4000), 6000);
+        assert_eq!(c.to_ns(4002), 6000);
+        // Back in the first segment after the second was met: the same values.
+        assert_eq!(c.to_ns(2000), 5333);
+        assert_eq!(c.to_ns(1000), 5000);
+    }
+
+    #[test]
     fn the_inverse_finds_the_last_stamp_at_or_before_a_time() {
         let c = Converter {
             tsc: true,
             first: (1000, 5000),
             anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
-            hint: Default::default(),
+            seg: std::cell::Cell::new(Segment::NONE),
         };
         for ns in [
             4000u64, 4600, 5000, 5500, 5999, 6000, 8000, 10000, 15000, 123_456,
@@ -312,7 +397,7 @@ mod tests {
             tsc: false,
             first: (0, 0),
             anchors: VecDeque::from([(0, 0)]),
-            hint: Default::default(),
+            seg: std::cell::Cell::new(Segment::NONE),
         };
         assert_eq!(c.to_ns(123_456), 123_456);
     }

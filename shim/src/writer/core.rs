@@ -10,7 +10,7 @@
 //! time puts them back in happens-before order.
 
 use super::output::{self, OpenError};
-use super::pending::Pending;
+use super::pending::{Pending, PendingTensor};
 use super::recorder::Recorder;
 use crate::capture::{intern, modules, nvtx_names, python};
 use crate::sys::clock;
@@ -18,7 +18,7 @@ use crate::sys::diag::{say, warn};
 use crate::sys::event::{Event, EventKind, OUT_OF_MEMORY, TENSOR_FREE};
 use gpumemprof_format::{
     Alloc, AllocFailed, Ending, EndingRecord, Free, MemKind, Module, Nvtx, NvtxOp, Stats,
-    StopReason, StoppedRecord, Tensor, TraceWriter, BLOCK_FLUSH_BYTES,
+    StopReason, StoppedRecord, TraceWriter, BLOCK_FLUSH_BYTES,
 };
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
@@ -229,7 +229,7 @@ impl WriterCore {
                 name: ev.size,
                 range: ev.aux,
             }),
-            EventKind::Tensor => Pending::Tensor(Box::new(Tensor {
+            EventKind::Tensor => Pending::Tensor(PendingTensor {
                 time_ns,
                 tid,
                 framework: ev.result as u8,
@@ -243,8 +243,8 @@ impl WriterCore {
                 },
                 allocated: ev.stream,
                 reserved: ev.pool,
-                stack: stack as u64,
-            })),
+                stack,
+            }),
         };
         self.stage(p);
     }
@@ -302,7 +302,7 @@ impl WriterCore {
                 // more when it dumps them.
                 match &p {
                     Pending::Failed(f) => self.out_of_memory.failed(f),
-                    Pending::Tensor(t) => self.out_of_memory.tensor(t),
+                    Pending::Tensor(t) => self.out_of_memory.tensor(t.tid),
                     _ => {}
                 }
                 let enc = out.encoder();
@@ -312,7 +312,7 @@ impl WriterCore {
                     Pending::Failed(f) => enc.alloc_failed(&f),
                     Pending::Sample(s) => enc.sample(&s),
                     Pending::Nvtx(n) => enc.nvtx(&n),
-                    Pending::Tensor(x) => enc.tensor(&x),
+                    Pending::Tensor(x) => enc.tensor(&x.tensor()),
                 }
                 self.events += 1;
                 self.block_events += 1;

@@ -6,7 +6,7 @@
 //! leaves them counted (the allocator recovered, and `gpumemprof oom` explains them). The
 //! analyzer counts the same way (`replay/attempts.rs`).
 
-use gpumemprof_format::{AllocFailed, MemKind, Tensor, OUT_OF_MEMORY};
+use gpumemprof_format::{AllocFailed, MemKind, OUT_OF_MEMORY};
 
 #[derive(Debug, Default)]
 pub(super) struct OomCount {
@@ -35,9 +35,10 @@ impl OomCount {
     }
 
     #[inline]
-    pub(super) fn tensor(&mut self, t: &Tensor) {
+    /// A tensor event of thread `tid`.
+    pub(super) fn tensor(&mut self, tid: u32) {
         if !self.pending.is_empty() {
-            self.take(t.tid);
+            self.take(tid);
         }
     }
 
@@ -70,20 +71,6 @@ mod tests {
         }
     }
 
-    fn tensor(tid: u32) -> Tensor {
-        Tensor {
-            time_ns: 0,
-            tid,
-            framework: 1,
-            device: 0,
-            address: 0x1000,
-            delta: 512,
-            allocated: 512,
-            reserved: 2 << 20,
-            stack: 0,
-        }
-    }
-
     #[test]
     fn a_refusal_and_its_failed_cuda_calls_are_one_error() {
         let mut c = OomCount::default();
@@ -95,7 +82,7 @@ mod tests {
         // A C thread's failure stays one; a recovered retry on thread 1 stays counted.
         c.failed(&failed(2, MemKind::Device));
         c.failed(&failed(1, MemKind::Device));
-        c.tensor(&tensor(1));
+        c.tensor(1);
         assert_eq!(c.errors, 3);
         // A refusal without CUDA failures before it (expandable segments, a set fraction).
         c.failed(&failed(1, MemKind::Tensor));

@@ -13,9 +13,9 @@
 //! before the ring, and the ring is the events since. Memory: the ring (N events), one
 //! record per live allocation, every distinct stack and module seen.
 
-use super::pending::Pending;
+use super::pending::{Pending, PendingTensor};
 use crate::capture::intern::{self, FxMap};
-use gpumemprof_format::{Alloc, Module, Tensor, FREE_RANGE};
+use gpumemprof_format::{Alloc, Module, FREE_RANGE};
 use std::collections::VecDeque;
 
 pub struct Recorder {
@@ -25,7 +25,7 @@ pub struct Recorder {
     /// (`MemKind::space`).
     base: [FxMap<u64, Alloc>; 3],
     /// Framework tensors live before the ring's first event, by address.
-    tensors: FxMap<u64, Tensor>,
+    tensors: FxMap<u64, PendingTensor>,
     pub stacks: Vec<(u64, intern::Frames)>,
     /// Python code objects the stacks name (written before them).
     pub codes: Vec<gpumemprof_format::PyCode>,
@@ -84,11 +84,7 @@ impl Recorder {
             .base
             .iter_mut()
             .flat_map(|m| m.drain().map(|(_, a)| Pending::Alloc(a)))
-            .chain(
-                self.tensors
-                    .drain()
-                    .map(|(_, t)| Pending::Tensor(Box::new(t))),
-            )
+            .chain(self.tensors.drain().map(|(_, t)| Pending::Tensor(t)))
             .collect();
         base.sort_by_key(Pending::time);
         (base, self.ring.drain(..).collect())
@@ -96,7 +92,7 @@ impl Recorder {
 }
 
 /// One event applied to the live allocations and tensors.
-fn apply(base: &mut [FxMap<u64, Alloc>; 3], tensors: &mut FxMap<u64, Tensor>, p: &Pending) {
+fn apply(base: &mut [FxMap<u64, Alloc>; 3], tensors: &mut FxMap<u64, PendingTensor>, p: &Pending) {
     match p {
         Pending::Alloc(a) if a.address != 0 => {
             base[a.kind.space()].insert(a.address, *a);
@@ -115,7 +111,7 @@ fn apply(base: &mut [FxMap<u64, Alloc>; 3], tensors: &mut FxMap<u64, Tensor>, p:
             }
         }
         Pending::Tensor(t) if t.delta > 0 => {
-            tensors.insert(t.address, **t);
+            tensors.insert(t.address, *t);
         }
         Pending::Tensor(t) => {
             tensors.remove(&t.address);
@@ -168,7 +164,7 @@ mod tests {
     }
 
     fn tensor(t: u64, address: u64, delta: i64) -> Pending {
-        Pending::Tensor(Box::new(Tensor {
+        Pending::Tensor(PendingTensor {
             time_ns: t,
             tid: 1,
             framework: gpumemprof_format::FRAMEWORK_PYTORCH,
@@ -178,7 +174,7 @@ mod tests {
             allocated: 0,
             reserved: 0,
             stack: 0,
-        }))
+        })
     }
 
     /// A training loop's tensors live at an out-of-memory failure long after they were
