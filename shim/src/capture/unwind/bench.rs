@@ -1,5 +1,6 @@
-//! A micro-benchmark of the two unwinders at call depth 20 (not a test: it prints, never
-//! asserts): `cargo test --release -p gpumemprof-shim --lib unwind::bench -- --ignored --nocapture`.
+//! Micro-benchmarks of the unwinders (not tests: they print, never assert): the two
+//! unwinders at call depth 20, and the first-state cache met by call paths in turn
+//! (`cargo test --release -p gpumemprof-shim --lib unwind::bench -- --ignored --nocapture`).
 
 use super::*;
 use std::time::Instant;
@@ -48,4 +49,96 @@ fn bench() {
         "unwind, depth 20: fast {f:.1} ns/stack ({nf} frames), fast without its memo \
          {w:.1} ns/stack ({nw} frames), libgcc {s:.1} ns/stack ({ns} frames)"
     );
+}
+
+/// One frame of a path: `left` or `right` by the low bit of `bits`, `depth` deep.
+#[inline(never)]
+fn left(depth: u32, bits: u32, f: &mut dyn FnMut()) -> u32 {
+    std::hint::black_box(step(depth, bits, f) + 1)
+}
+
+#[inline(never)]
+fn right(depth: u32, bits: u32, f: &mut dyn FnMut()) -> u32 {
+    std::hint::black_box(step(depth, bits, f) + 2)
+}
+
+fn step(depth: u32, bits: u32, f: &mut dyn FnMut()) -> u32 {
+    if depth == 0 {
+        f();
+        return 0;
+    }
+    if bits & 1 == 0 {
+        left(depth - 1, bits >> 1, f)
+    } else {
+        right(depth - 1, bits >> 1, f)
+    }
+}
+
+/// TSC ticks, ordered after what came before.
+fn ticks() -> u64 {
+    // SAFETY: no memory effects.
+    unsafe {
+        std::arch::x86_64::_mm_lfence();
+        std::arch::x86_64::_rdtsc()
+    }
+}
+
+/// The first-state cache met by `paths` call paths of depth 24 in turn (all at one stack
+/// pointer, so in one set), each capture timed alone; with `evict`, 4 MiB are read between
+/// two captures, as a training step's own work pushes the entry out of the first cache
+/// levels. Median ticks per capture, and how many were met in the cache.
+fn cache_ticks(paths: u32, rounds: u32, evict: bool) -> (u64, usize, usize) {
+    let junk = vec![1u8; 4 << 20];
+    let mut times = Vec::new();
+    let mut met = 0;
+    let mut frames = 0;
+    for r in 0..rounds {
+        for p in 0..paths {
+            if evict {
+                let sum: u64 = junk.iter().step_by(64).map(|&b| u64::from(b)).sum();
+                std::hint::black_box(sum);
+            }
+            step(24, p, &mut || {
+                let mut out = [MaybeUninit::<u64>::uninit(); 64];
+                let t = ticks();
+                let got = capture_memo(std::hint::black_box(&mut out), 0, 0);
+                let dt = ticks() - t;
+                if let Some((n, slot)) = got {
+                    frames = n;
+                    met += usize::from(slot.is_some_and(is_first_state_entry));
+                }
+                // The cache is taken after `first::AFTER` captures: time the rest.
+                if r >= 4 {
+                    times.push(dt);
+                }
+            });
+        }
+    }
+    times.sort_unstable();
+    (times[times.len() / 2], met, frames)
+}
+
+#[test]
+#[ignore]
+fn bench_first_state_cache() {
+    assert!(init());
+    for (paths, evict) in [(12, false), (12, true), (1, true)] {
+        let rounds = if evict { 400 } else { 4000 };
+        let (t, met, frames) = cache_ticks(paths, rounds, evict);
+        let what = if paths == 1 {
+            "one call path".to_string()
+        } else {
+            format!("{paths} call paths in turn")
+        };
+        let cold = if evict {
+            ", 4 MiB read between captures"
+        } else {
+            ""
+        };
+        println!(
+            "first-state cache, {what}, depth 24 ({frames} frames){cold}: median {t} ticks \
+             a capture; {met} of {} met in the cache",
+            paths * rounds
+        );
+    }
 }
