@@ -10,7 +10,8 @@
 #        tests/bench/ab.sh off 9 1000000 /tmp/old.so /tmp/new.so
 # The floor of the design is one of the builds to compare with: the minimal interposer of
 # tests/programs/floor_interposer.c, built beside bench_loop as bin/libfloor_interposer.so
-# (it ignores GPUMEMPROF_STACKS).
+# (it ignores GPUMEMPROF_STACKS), and the same with the shim's stamps (an allocation's
+# fenced), bin/libfloor_interposer_fenced.so.
 # Needs perf, and a release build of the tests crate (cargo build --release --workspace).
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
