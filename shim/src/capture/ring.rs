@@ -168,10 +168,13 @@ impl Ring {
             }
             at += 1;
         }
-        self.consumer.last.store(last, Ordering::Relaxed);
         self.consumer.tail.store(head, Ordering::Release);
         if retired {
+            // The next thread to take the ring starts its own order.
+            self.consumer.last.store(0, Ordering::Relaxed);
             self.state.store(FREE, Ordering::Release);
+        } else {
+            self.consumer.last.store(last, Ordering::Relaxed);
         }
         (head - tail) as usize
     }
@@ -313,6 +316,18 @@ mod tests {
             assert_eq!(r.drain(|e| got.push(e.time_ns)), 2);
         }
         assert_eq!(got, [10, 20, 20, 20, 30]);
+        // Its thread exits; the next thread to take the ring starts its own order.
+        r.retire();
+        // SAFETY: as above.
+        unsafe { r.drain(|_| {}) };
+        assert!(r.claim_if_free(8));
+        got.clear();
+        // SAFETY: as above.
+        unsafe {
+            r.push(&ev(5)).unwrap();
+            r.drain(|e| got.push(e.time_ns));
+        }
+        assert_eq!(got, [5]);
     }
 
     fn ev(t: u64) -> Event {
