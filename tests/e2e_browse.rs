@@ -338,8 +338,9 @@ fn two_runs_side_by_side() {
     t.wait_for("EXIT=0");
 }
 
-/// Two runs of the real PyTorch loop (`torch_train.py 3 --nvtx`), the second pausing 0.3 s
-/// before each step: at A's peak (its step 3), B by time has not begun its steps; by step
+/// Two runs of the real PyTorch loop (`torch_train.py 3 --nvtx`), the second pausing 1 s
+/// before each step: at A's peak (its step 3, a tenth of a second into its loop), B by time
+/// has not begun its steps (it would have to start its loop 0.9 s sooner than A); by step
 /// (`a` twice) it is in its step 3 too.
 #[test]
 fn two_pytorch_runs_follow_each_other_step_for_step() {
@@ -350,7 +351,7 @@ fn two_pytorch_runs_follow_each_other_step_for_step() {
     Job::run("torch_train.py", &["3", "--nvtx"], &env, Some(&a));
     Job::run(
         "torch_train.py",
-        &["3", "--nvtx", "--pause", "0.3"],
+        &["3", "--nvtx", "--pause", "1"],
         &env,
         Some(&b),
     );
