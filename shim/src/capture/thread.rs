@@ -24,6 +24,9 @@ pub struct ThreadState {
     /// This thread's event ring: null until its first event, `RING_GONE` once the thread
     /// is exiting or no ring could be had (events then go through the shared queue).
     ring: Cell<*const Ring>,
+    /// This thread's `errno`, found once (null until then): every hook keeps the caller's
+    /// `errno` (`hooks::record`), and `__errno_location` twice a call was 2 ns a pair.
+    errno: Cell<*mut libc::c_int>,
 }
 
 /// The `ring` of a thread that must use the shared queue (never a real ring's address:
@@ -32,7 +35,12 @@ pub const RING_GONE: *const Ring = std::ptr::dangling();
 
 thread_local! {
     static STATE: ThreadState = const {
-        ThreadState { depth: Cell::new(0), tid: Cell::new(0), ring: Cell::new(std::ptr::null()) }
+        ThreadState {
+            depth: Cell::new(0),
+            tid: Cell::new(0),
+            ring: Cell::new(std::ptr::null()),
+            errno: Cell::new(std::ptr::null_mut()),
+        }
     };
 }
 
@@ -83,6 +91,20 @@ impl ThreadState {
         let v = current_tid();
         self.tid.set(v);
         v
+    }
+
+    /// This thread's `errno` (the same place for the thread's whole life, and in a
+    /// forked child's thread, whose TLS is a copy at the same addresses).
+    #[inline(always)]
+    pub fn errno(&self) -> *mut libc::c_int {
+        let p = self.errno.get();
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: __errno_location has no preconditions and returns this thread's slot.
+        let p = unsafe { libc::__errno_location() };
+        self.errno.set(p);
+        p
     }
 
     #[inline(always)]

@@ -66,11 +66,12 @@ pub fn in_shim(f: impl FnOnce(&ThreadState)) {
 /// afterwards). Then the guard is released.
 #[inline(always)]
 fn after_call(guard: Guard, f: impl FnOnce(&ThreadState)) {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    let errno = unsafe { *libc::__errno_location() };
+    let slot = guard.thread().errno();
+    // SAFETY: this thread's errno slot.
+    let errno = unsafe { *slot };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(guard.thread())));
     // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
+    unsafe { *slot = errno };
     drop(guard);
 }
 
