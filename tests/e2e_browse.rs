@@ -12,8 +12,26 @@ use gpumemprof_tests::torch_job::Job;
 use gpumemprof_tests::{analyzer_path, repo_root, shim_path, sim_dir, source_line_of};
 
 fn browse(name: &str, dir: &Path, trace: &Path, width: u16, height: u16) -> Tmux {
-    let command = format!("{} browse {}", analyzer_path().display(), trace.display());
-    Tmux::start(name, dir, &command, width, height)
+    Tmux::start(name, dir, &command(&[trace]), width, height)
+}
+
+/// `gpumemprof browse` of these paths.
+fn command(paths: &[&Path]) -> String {
+    let mut c = format!("{} browse", analyzer_path().display());
+    for p in paths {
+        c += &format!(" {}", p.display());
+    }
+    c
+}
+
+/// The tree's row of the C example's leak (`keep_for_logging`), at the end of two traces.
+fn leak_row(width: u16, numbers: &str) -> String {
+    let leak = c_line("GPUMEMPROF-LEAK");
+    row_of(
+        width,
+        &format!("      · keep_for_logging at {leak}"),
+        numbers,
+    )
 }
 
 /// The screen's line holding `text`.
@@ -307,13 +325,8 @@ fn two_runs_side_by_side() {
     std::fs::create_dir_all(&twenty).unwrap();
     let a = run_profiled(&ten, "train_leak", &["10"], &[]);
     let b = run_profiled(&twenty, "train_leak", &["20"], &[]);
-    let command = format!(
-        "{} browse {} {}",
-        analyzer_path().display(),
-        a.trace.display(),
-        b.trace.display()
-    );
     let width = c_width();
+    let command = command(&[&a.trace, &b.trace]);
     let t = Tmux::start("two", &dir, &command, width, 30);
     let s = t.wait_for("B at the peak");
     assert!(s.contains(": 104.0 MiB live · B at the peak "), "{s}");
@@ -328,11 +341,7 @@ fn two_runs_side_by_side() {
     );
     assert_eq!(
         line_with(&s, &leak),
-        row_of(
-            width,
-            &format!("      · keep_for_logging at {leak}"),
-            "10.0 MiB   20.0 MiB   +10.0 MiB"
-        )
+        leak_row(width, "10.0 MiB   20.0 MiB   +10.0 MiB")
     );
     t.keys(&["q"]);
     t.wait_for("EXIT=0");
@@ -355,13 +364,7 @@ fn two_pytorch_runs_follow_each_other_step_for_step() {
         &env,
         Some(&b),
     );
-    let command = format!(
-        "{} browse {} {}",
-        analyzer_path().display(),
-        a.display(),
-        b.display()
-    );
-    let t = Tmux::start("steps", &dir, &command, 100, 30);
+    let t = Tmux::start("steps", &dir, &command(&[&a, &b]), 100, 30);
     let s = t.wait_for("B at the peak");
     let a_line = line_with(&s, "▶ A at the peak");
     assert!(
@@ -406,13 +409,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
     }
     let width = c_width();
     let leak = c_line("GPUMEMPROF-LEAK");
-    let command = |rank: &str| {
-        format!(
-            "{} browse {}{rank}",
-            analyzer_path().display(),
-            job.display()
-        )
-    };
+    let command = |rank: &str| format!("{}{rank}", command(&[&job]));
     let t = Tmux::start("job", &dir, &command(""), width, 30);
     let s = t.wait_for("B at the peak");
     let title = line_with(&s, "gpumemprof browse");
@@ -426,11 +423,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
     let s = t.wait_for("B at the end");
     assert_eq!(
         line_with(&s, &leak),
-        row_of(
-            width,
-            &format!("      · keep_for_logging at {leak}"),
-            "10.0 MiB   20.0 MiB   +10.0 MiB"
-        )
+        leak_row(width, "10.0 MiB   20.0 MiB   +10.0 MiB")
     );
     t.keys(&["q"]);
     t.wait_for("EXIT=0");
@@ -443,11 +436,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
     );
     assert_eq!(
         line_with(&s, &leak),
-        row_of(
-            width,
-            &format!("      · keep_for_logging at {leak}"),
-            "10.0 MiB   15.0 MiB    +5.0 MiB"
-        )
+        leak_row(width, "10.0 MiB   15.0 MiB    +5.0 MiB")
     );
     t.keys(&["q"]);
     t.wait_for("EXIT=0");
