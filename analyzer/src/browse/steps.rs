@@ -16,6 +16,11 @@
 
 use gpumemprof_format::{Nvtx, NvtxOp};
 
+/// Steps kept at most (16 bytes each). A trace with more outermost ranges than this marks
+/// something else with them (each op, as `torch.autograd.profiler.emit_nvtx` does): it has
+/// no steps.
+pub const MAX_STEPS: usize = 1 << 20;
+
 /// One step: its range's push and pop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
@@ -30,6 +35,8 @@ pub struct StepFinder {
     /// The thread of the first push, and how deep its pushed ranges are open now.
     thread: Option<u32>,
     depth: u32,
+    /// More than `MAX_STEPS`: none are steps.
+    too_many: bool,
 }
 
 impl StepFinder {
@@ -43,18 +50,22 @@ impl StepFinder {
         }
         match n.op {
             NvtxOp::Push => {
-                if self.depth == 0 {
-                    self.steps.push(Step {
-                        start_ns: n.time_ns,
-                        end_ns: n.time_ns,
-                    });
+                if self.depth == 0 && !self.too_many {
+                    if self.steps.len() == MAX_STEPS {
+                        self.too_many = true;
+                        self.steps = Vec::new();
+                    } else {
+                        self.steps.push(Step {
+                            start_ns: n.time_ns,
+                            end_ns: n.time_ns,
+                        });
+                    }
                 }
                 self.depth = self.depth.saturating_add(1);
             }
             _ if self.depth > 0 => {
                 self.depth -= 1;
-                if self.depth == 0 {
-                    let last = self.steps.last_mut().expect("a step is open");
+                if let (0, Some(last)) = (self.depth, self.steps.last_mut()) {
                     last.end_ns = n.time_ns.max(last.start_ns);
                 }
             }
@@ -65,8 +76,7 @@ impl StepFinder {
 
     /// The steps; one still open at the end of the trace (`end_ns`) ends there.
     pub fn finish(mut self, end_ns: u64) -> Vec<Step> {
-        if self.depth > 0 {
-            let last = self.steps.last_mut().expect("a step is open");
+        if let (true, Some(last)) = (self.depth > 0, self.steps.last_mut()) {
             last.end_ns = end_ns.max(last.start_ns);
         }
         self.steps
@@ -187,6 +197,19 @@ mod tests {
         }
         assert_eq!(f.finish(900), steps(&[(100, 300), (400, 900)]));
         assert_eq!(StepFinder::default().finish(900), Vec::new());
+    }
+
+    #[test]
+    fn more_outermost_ranges_than_steps_can_be_are_no_steps() {
+        let mut f = StepFinder::default();
+        for i in 0..MAX_STEPS as u64 {
+            f.record(&nvtx(2 * i, 1, NvtxOp::Push));
+            f.record(&nvtx(2 * i + 1, 1, NvtxOp::Pop));
+        }
+        assert_eq!(f.steps.len(), MAX_STEPS);
+        f.record(&nvtx(1 << 40, 1, NvtxOp::Push));
+        f.record(&nvtx(1 << 41, 1, NvtxOp::Pop));
+        assert_eq!(f.finish(1 << 42), Vec::new());
     }
 
     #[test]
