@@ -145,8 +145,7 @@ fn a_c_training_loop_at_its_peak_its_end_and_its_leak() {
     t.wait_for("terminal too small");
     t.resize(80, 24);
     t.wait_for("Tree  Top sites  Leaks at end");
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
 }
 
 /// `examples/train.py` (8 steps through ctypes): the leak at its Python line, the frames of
@@ -238,8 +237,7 @@ fn a_pytorch_job_in_pytorchs_terms() {
             "128.0 KiB 100.0%        4"
         )
     );
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
 }
 
 /// Bad input is a line and exit 5 before the screen changes; no terminal is a line and 1.
@@ -310,8 +308,7 @@ fn a_running_job_by_its_pid_followed_until_it_ended() {
     t.keys(&["r"]);
     let s = t.wait_for("? help");
     assert!(line_with(&s, "▶").ends_with(": 0 B live"), "{s}");
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
 }
 
 /// Two runs of `examples/train_leak.c`, 10 and 20 steps, side by side: at their ends, the
@@ -343,8 +340,7 @@ fn two_runs_side_by_side() {
         line_with(&s, &leak),
         leak_row(width, "10.0 MiB   20.0 MiB   +10.0 MiB")
     );
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
 }
 
 /// Two runs of the real PyTorch loop (`torch_train.py 3 --nvtx`), the second pausing 1 s
@@ -384,8 +380,7 @@ fn two_pytorch_runs_follow_each_other_step_for_step() {
         "the second trace follows by step (NVTX ranges)"
     );
     assert!(line_with(&s, "  B at ").contains(" s (step 3/3): "), "{s}");
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
 }
 
 /// A job folder of three ranks of `examples/train_leak.c` (10, 20 and 15 steps, `RANK`
@@ -425,8 +420,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
         line_with(&s, &leak),
         leak_row(width, "10.0 MiB   20.0 MiB   +10.0 MiB")
     );
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
     let t = Tmux::start("job2", &dir, &command(" --rank 2"), width, 30);
     t.keys(&["e"]);
     let s = t.wait_for("B at the end");
@@ -438,8 +432,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
         line_with(&s, &leak),
         leak_row(width, "10.0 MiB   15.0 MiB    +5.0 MiB")
     );
-    t.keys(&["q"]);
-    t.wait_for("EXIT=0");
+    t.quit();
     let t = Tmux::start("job7", &dir, &command(" --rank 7"), 200, 10);
     let s = t.wait_for("EXIT=");
     assert!(

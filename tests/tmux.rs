@@ -95,6 +95,12 @@ impl Tmux {
         }
     }
 
+    /// Presses `q` and waits for the program to exit 0 (the shell prints `EXIT=<code>`).
+    pub fn quit(&self) {
+        self.keys(&["q"]);
+        self.wait_for("EXIT=0");
+    }
+
     /// Resizes the terminal.
     pub fn resize(&self, width: u16, height: u16) {
         let out = tmux(

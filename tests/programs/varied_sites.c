@@ -45,9 +45,11 @@ static void pair(void)
     }
 }
 
+static void left(int level, int depth, unsigned site);
 static void right(int level, int depth, unsigned site);
 
-__attribute__((noinline)) static void left(int level, int depth, unsigned site)
+/* One frame's body, copied into both functions: each has its own return addresses. */
+static inline __attribute__((always_inline)) void step(int level, int depth, unsigned site)
 {
     if (level == depth)
         pair();
@@ -58,15 +60,14 @@ __attribute__((noinline)) static void left(int level, int depth, unsigned site)
     frames_entered++;
 }
 
+__attribute__((noinline)) static void left(int level, int depth, unsigned site)
+{
+    step(level, depth, site);
+}
+
 __attribute__((noinline)) static void right(int level, int depth, unsigned site)
 {
-    if (level == depth)
-        pair();
-    else if ((site >> level) & 1)
-        right(level + 1, depth, site);
-    else
-        left(level + 1, depth, site);
-    frames_entered++;
+    step(level, depth, site);
 }
 
 int main(int argc, char **argv)

@@ -329,14 +329,19 @@ fn pair() -> (u64, u64) {
 mod tests {
     use super::*;
 
+    /// A converter with these anchors, the first also the long baseline's start.
+    fn with_anchors(tsc: bool, anchors: &[(u64, u64)]) -> Converter {
+        Converter {
+            tsc,
+            first: anchors[0],
+            anchors: anchors.iter().copied().collect(),
+            seg: std::cell::Cell::new(Segment::NONE),
+        }
+    }
+
     #[test]
     fn interpolation_is_exact_at_anchors_and_monotonic_between() {
-        let c = Converter {
-            tsc: true,
-            first: (1000, 5000),
-            anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
-            seg: std::cell::Cell::new(Segment::NONE),
-        };
+        let c = with_anchors(true, &[(1000, 5000), (3000, 6000), (7000, 10000)]);
         assert_eq!(c.to_ns(1000), 5000);
         assert_eq!(c.to_ns(3000), 6000);
         assert_eq!(c.to_ns(7000), 10000);
@@ -354,12 +359,7 @@ mod tests {
 
     #[test]
     fn a_fractional_rate_rounds_down_and_stays_below_the_next_anchor() {
-        let c = Converter {
-            tsc: true,
-            first: (1000, 5000),
-            anchors: VecDeque::from([(1000, 5000), (4000, 6000), (4003, 6001)]),
-            seg: std::cell::Cell::new(Segment::NONE),
-        };
+        let c = with_anchors(true, &[(1000, 5000), (4000, 6000), (4003, 6001)]);
         // 1000 ns over 3000 ticks: a third of a ns a tick.
         assert_eq!(c.to_ns(2000), 5333);
         assert_eq!(c.to_ns(3999), 5999);
@@ -372,12 +372,7 @@ mod tests {
 
     #[test]
     fn the_inverse_finds_the_last_stamp_at_or_before_a_time() {
-        let c = Converter {
-            tsc: true,
-            first: (1000, 5000),
-            anchors: VecDeque::from([(1000, 5000), (3000, 6000), (7000, 10000)]),
-            seg: std::cell::Cell::new(Segment::NONE),
-        };
+        let c = with_anchors(true, &[(1000, 5000), (3000, 6000), (7000, 10000)]);
         for ns in [
             4000u64, 4600, 5000, 5500, 5999, 6000, 8000, 10000, 15000, 123_456,
         ] {
@@ -393,12 +388,7 @@ mod tests {
 
     #[test]
     fn monotonic_stamps_pass_through() {
-        let c = Converter {
-            tsc: false,
-            first: (0, 0),
-            anchors: VecDeque::from([(0, 0)]),
-            seg: std::cell::Cell::new(Segment::NONE),
-        };
+        let c = with_anchors(false, &[(0, 0)]);
         assert_eq!(c.to_ns(123_456), 123_456);
     }
 
