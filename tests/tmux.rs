@@ -68,19 +68,22 @@ impl Tmux {
             .to_string()
     }
 
-    /// Waits until the screen shows `text`, and returns it; panics with the screen after
-    /// `PATIENCE`.
+    /// Waits until the screen shows `text` and has stopped changing (the same in two looks
+    /// 100 ms apart: a frame may reach the terminal in more than one read), and returns it;
+    /// panics with the screen after `PATIENCE`.
     pub fn wait_for(&self, text: &str) -> String {
         let start = Instant::now();
+        let mut last = String::new();
         loop {
             let s = self.screen();
-            if s.contains(text) {
+            if s.contains(text) && s == last {
                 return s;
             }
             if start.elapsed() > PATIENCE {
-                panic!("the terminal never showed {text:?}; it shows:\n{s}");
+                panic!("the terminal never showed {text:?} for long; it shows:\n{s}");
             }
-            std::thread::sleep(Duration::from_millis(50));
+            last = s;
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
