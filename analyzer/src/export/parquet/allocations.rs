@@ -11,7 +11,7 @@ use gpumemprof_format::{
 };
 use parquet::data_type::ByteArray;
 
-use super::table::Table;
+use super::table::{kept, Table};
 use crate::error::Error;
 use crate::fasthash::FastMap;
 use crate::observe::Observer;
@@ -107,9 +107,14 @@ pub struct AllocationRows<'t> {
 impl<'t> AllocationRows<'t> {
     /// `apis`: the header's API names by number.
     pub fn new(table: &'t mut Table, process: Process, apis: &HashMap<u16, String>) -> Self {
-        let apis = (apis.iter())
-            .map(|(&n, a)| (n, ByteArray::from(a.as_str())))
-            .collect();
+        let mut apis: HashMap<u16, ByteArray> = (apis.iter()).map(|(&n, a)| (n, kept(a))).collect();
+        for (n, name) in [
+            (TENSOR_API_PYTORCH, "c10::reportMemoryUsageToProfiler"),
+            (TENSOR_API_TENSORFLOW, "tsl::BFCAllocator::AllocateRaw"),
+            (TENSOR_API_OUT_OF_MEMORY, TENSOR_OUT_OF_MEMORY_API),
+        ] {
+            apis.insert(n, kept(name));
+        }
         AllocationRows {
             table,
             process,
@@ -125,23 +130,16 @@ impl<'t> AllocationRows<'t> {
         }
     }
 
-    fn api(&self, api: u16) -> ByteArray {
-        match api {
-            TENSOR_API_PYTORCH => return ByteArray::from("c10::reportMemoryUsageToProfiler"),
-            TENSOR_API_TENSORFLOW => return ByteArray::from("tsl::BFCAllocator::AllocateRaw"),
-            TENSOR_API_OUT_OF_MEMORY => return ByteArray::from(TENSOR_OUT_OF_MEMORY_API),
-            _ => {}
-        }
-        self.apis
-            .get(&api)
-            .cloned()
-            .unwrap_or_else(|| ByteArray::from(format!("api {api}").as_str()))
+    fn api(&mut self, api: u16) -> ByteArray {
+        (self.apis.entry(api))
+            .or_insert_with(|| kept(&format!("api {api}")))
+            .clone()
     }
 
     fn kind(&mut self, kind: MemKind) -> ByteArray {
         self.kinds
             .entry(kind.to_u8())
-            .or_insert_with(|| ByteArray::from(kind.name()))
+            .or_insert_with(|| kept(kind.name()))
             .clone()
     }
 
@@ -155,10 +153,7 @@ impl<'t> AllocationRows<'t> {
             self.ranges.resize(i + 1, None);
         }
         let (name, domain) = replay.range_label(group).unwrap_or_default();
-        self.ranges[i] = Some((
-            ByteArray::from(name.as_str()),
-            domain.map(|d| ByteArray::from(d.as_str())),
-        ));
+        self.ranges[i] = Some((kept(&name), domain.as_deref().map(kept)));
     }
 
     /// The range name and domain of a group `see_range` saw.

@@ -19,10 +19,8 @@ mod table;
 
 use std::path::{Path, PathBuf};
 
-use parquet::data_type::ByteArray;
-
 use self::allocations::{AllocationRows, Process};
-use self::table::Table;
+use self::table::{kept, Table};
 use crate::error::Error;
 use crate::input::{rank_of, read_error, warn_all, warn_losses};
 use crate::observe::replay_observed;
@@ -186,8 +184,8 @@ fn one_trace(
     let process = Process {
         rank: rank_of(&header).map(|r| r as i64),
         pid: int("pid").unwrap_or(0),
-        host: host.as_deref().map(ByteArray::from),
-        path: ByteArray::from(path_text.as_str()),
+        host: host.as_deref().map(kept),
+        path: kept(&path_text),
     };
     let rows_before = allocations.rows();
     let mut rows = AllocationRows::new(allocations, process, &api_names(&header));
@@ -202,7 +200,7 @@ fn one_trace(
     let mut ids: Vec<u64> = r.stacks.keys().copied().filter(|&id| id != 0).collect();
     ids.sort_unstable();
     let mut sym = Symbolizer::of(&loaded);
-    let path_bytes = ByteArray::from(path_text.as_str());
+    let path_bytes = kept(&path_text);
     for &id in &ids {
         for (depth, f) in sym.stack(id, 0).iter().enumerate() {
             frames
