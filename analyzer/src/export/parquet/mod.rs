@@ -15,6 +15,8 @@
 //! stack_id) where pids are unique.
 
 mod allocations;
+mod columns;
+mod encoder;
 mod table;
 
 use std::path::{Path, PathBuf};

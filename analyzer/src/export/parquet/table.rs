@@ -1,29 +1,27 @@
 //! One Parquet file written a row group at a time: rows go into column buffers, and when
 //! their estimated size reaches `row_group_bytes` the buffers become one row group (zstd
 //! pages, dictionary-encoded strings), encoded and written by a thread of the table's own
-//! (`Encoder`) while the next group's rows are made. Memory is the buffers of two row
+//! (`encoder.rs`) while the next group's rows are made. Memory is the buffers of two row
 //! groups at most, whatever the number of rows written.
 //!
 //! Columns are the leaves of a Parquet message type, filled in order by `Row`: a required
 //! or optional scalar (INT32, INT64, BOOLEAN, BYTE_ARRAY) or a list of strings (the
 //! three-level LIST of the Parquet spec).
 
-use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use parquet::basic::{Compression, Type as Physical, ZstdLevel};
-use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
-use parquet::errors::ParquetError;
+use parquet::data_type::ByteArray;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::SchemaDescriptor;
 
+use super::columns::{Column, Values};
+use super::encoder::{failed, Encoder};
 use crate::error::Error;
 
 /// Row group size engines read best (Spark's and DuckDB's default block, about 128 MiB),
@@ -43,168 +41,6 @@ const ZSTD_LEVEL: i32 = 3;
 pub fn kept(s: &str) -> ByteArray {
     let s: &'static [u8] = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
     ByteArray::from(bytes::Bytes::from_static(s))
-}
-
-enum Values {
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    Bool(Vec<bool>),
-    Bytes(Vec<ByteArray>),
-}
-
-/// One leaf column's buffered values and levels.
-struct Column {
-    name: String,
-    values: Values,
-    /// Definition levels (optional columns and lists).
-    defs: Vec<i16>,
-    /// Repetition levels (lists).
-    reps: Vec<i16>,
-    max_def: i16,
-    repeated: bool,
-}
-
-impl Column {
-    /// An empty column of the same type and levels.
-    fn empty_like(&self) -> Column {
-        Column {
-            name: self.name.clone(),
-            values: match self.values {
-                Values::I32(_) => Values::I32(Vec::new()),
-                Values::I64(_) => Values::I64(Vec::new()),
-                Values::Bool(_) => Values::Bool(Vec::new()),
-                Values::Bytes(_) => Values::Bytes(Vec::new()),
-            },
-            defs: Vec::new(),
-            reps: Vec::new(),
-            max_def: self.max_def,
-            repeated: self.repeated,
-        }
-    }
-
-    fn clear(&mut self) {
-        match &mut self.values {
-            Values::I32(v) => v.clear(),
-            Values::I64(v) => v.clear(),
-            Values::Bool(v) => v.clear(),
-            Values::Bytes(v) => v.clear(),
-        }
-        self.defs.clear();
-        self.reps.clear();
-    }
-}
-
-/// The thread that encodes and writes a table's row groups, in the order they are handed
-/// to it, one at a time: a hand-off waits until it has written the previous one, so two
-/// groups' buffers exist at most (the one it writes, the one being filled). It gives each
-/// group's buffers back, emptied, for the one after next.
-struct Encoder {
-    path: std::path::PathBuf,
-    groups: Option<SyncSender<Vec<Column>>>,
-    emptied: Receiver<Vec<Column>>,
-    thread: Option<JoinHandle<Result<(), Error>>>,
-    /// The thread ended at an error, which was returned once.
-    failed: bool,
-}
-
-impl Encoder {
-    fn start(path: &Path, mut writer: SerializedFileWriter<BufWriter<File>>) -> Encoder {
-        let (groups, incoming) = mpsc::sync_channel::<Vec<Column>>(0);
-        let (give_back, emptied) = mpsc::channel();
-        let file = path.to_owned();
-        let thread = std::thread::Builder::new()
-            .name("parquet-encoder".to_string())
-            .spawn(move || {
-                for mut columns in incoming {
-                    write_group(&mut writer, &file, &mut columns)?;
-                    let _ = give_back.send(columns);
-                }
-                writer.close().map_err(|e| failed(&file, e))?;
-                Ok(())
-            })
-            .expect("a thread for the Parquet encoder");
-        Encoder {
-            path: path.to_owned(),
-            groups: Some(groups),
-            emptied,
-            thread: Some(thread),
-            failed: false,
-        }
-    }
-
-    /// Hands a group over (waiting while the previous one is written); on the thread's
-    /// error, that error.
-    fn write(&mut self, columns: Vec<Column>) -> Result<(), Error> {
-        let sent = self.groups.as_ref().map(|g| g.send(columns));
-        match sent {
-            Some(Ok(())) => Ok(()),
-            // The thread stopped at an error: the error.
-            _ => self.finish(),
-        }
-    }
-
-    /// Buffers the thread emptied, if it gave some back.
-    fn emptied(&self) -> Option<Vec<Column>> {
-        self.emptied.try_recv().ok()
-    }
-
-    /// Waits for the thread to write what it was handed and the footer.
-    fn finish(&mut self) -> Result<(), Error> {
-        self.groups = None;
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(Err(e))) => {
-                self.failed = true;
-                Err(e)
-            }
-            Some(Ok(Ok(()))) => Ok(()),
-            Some(Err(panic)) => std::panic::resume_unwind(panic),
-            None if self.failed => Err(Error::Failed(format!(
-                "{}: not written: an earlier write failed",
-                self.path.display()
-            ))),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Encoder {
-    /// A table dropped without `close` (an error elsewhere): the thread writes what it
-    /// was handed and ends before the caller goes on (which removes a failed export's
-    /// files).
-    fn drop(&mut self) {
-        self.groups = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Writes `columns` as one row group, and empties them.
-fn write_group(
-    writer: &mut SerializedFileWriter<BufWriter<File>>,
-    path: &Path,
-    columns: &mut [Column],
-) -> Result<(), Error> {
-    let mut group = writer.next_row_group().map_err(|e| failed(path, e))?;
-    for c in columns {
-        let mut col = group
-            .next_column()
-            .map_err(|e| failed(path, e))?
-            .expect("one writer per leaf column");
-        let defs = (c.max_def > 0).then_some(&c.defs[..]);
-        let reps = c.repeated.then_some(&c.reps[..]);
-        match &c.values {
-            Values::I32(v) => col.typed::<Int32Type>().write_batch(v, defs, reps),
-            Values::I64(v) => col.typed::<Int64Type>().write_batch(v, defs, reps),
-            Values::Bool(v) => col.typed::<BoolType>().write_batch(v, defs, reps),
-            Values::Bytes(v) => col.typed::<ByteArrayType>().write_batch(v, defs, reps),
-        }
-        .map_err(|e| failed(path, e))?;
-        col.close().map_err(|e| failed(path, e))?;
-        c.clear();
-    }
-    group.close().map_err(|e| failed(path, e))?;
-    Ok(())
 }
 
 /// A Parquet file being written.
@@ -310,20 +146,6 @@ impl Table {
         self.flush()?;
         self.encoder.finish()?;
         Ok((self.rows, self.row_groups))
-    }
-}
-
-fn failed(path: &Path, e: ParquetError) -> Error {
-    let source = match e {
-        ParquetError::External(inner) => match inner.downcast::<std::io::Error>() {
-            Ok(io) => *io,
-            Err(other) => std::io::Error::other(other),
-        },
-        other => std::io::Error::other(other),
-    };
-    Error::File {
-        what: format!("writing {}", path.display()),
-        source,
     }
 }
 
@@ -435,6 +257,7 @@ mod tests {
     use super::*;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::{Field, Row as ReadRow};
+    use std::fs::File;
 
     const SCHEMA: &str = "message t {
         required int64 n;
