@@ -7,7 +7,7 @@
 //! peak), found and copied as `replay` does for each row: the per-stack map is copied at the
 //! first release after a new high-water mark, which is the state at that mark.
 
-use std::collections::HashMap;
+use crate::fasthash::FastMap;
 
 use gpumemprof_format::{MemKind, Record};
 
@@ -93,7 +93,7 @@ impl Snapshot {
 pub struct SnapshotBuilder {
     moment: Moment,
     device: Option<i32>,
-    live: HashMap<(i32, MemKind, u64), (u64, u64)>,
+    live: FastMap<(i32, MemKind, u64), (u64, u64)>,
     total: u64,
     peak: u64,
     peak_time_ns: u64,
@@ -114,7 +114,7 @@ impl SnapshotBuilder {
         SnapshotBuilder {
             moment,
             device,
-            live: HashMap::new(),
+            live: FastMap::default(),
             total: 0,
             peak: 0,
             peak_time_ns: 0,

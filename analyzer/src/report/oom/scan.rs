@@ -18,6 +18,8 @@
 //! stops early, plus a byte count per stack that changed inside the window.
 
 use std::collections::hash_map::{Entry, HashMap};
+
+use crate::fasthash::FastMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
@@ -205,9 +207,9 @@ pub struct Classifier {
     kept: BTreeMap<u64, Failure>,
     transient: BTreeSet<u64>,
     /// Keyed by (class, device, thread id).
-    by_thread: HashMap<(u16, i32, u32), PendingList>,
+    by_thread: FastMap<(u16, i32, u32), PendingList>,
     /// Keyed by (class, device, stack id).
-    by_stack: HashMap<(u16, i32, u64), PendingList>,
+    by_stack: FastMap<(u16, i32, u64), PendingList>,
     /// Kept failures not yet resolved: when 0, allocations cost nothing here.
     unresolved: usize,
     /// CUDA failures per thread that a refusal may take as its attempts.
@@ -416,7 +418,7 @@ fn insert(list: &mut PendingList, p: Pending) {
 
 /// Moves the failures of `key` that an allocation of `size` bytes satisfies to `out`.
 fn take_resolved<K: std::hash::Hash + Eq>(
-    map: &mut HashMap<K, PendingList>,
+    map: &mut FastMap<K, PendingList>,
     key: K,
     size: u64,
     out: &mut Vec<u64>,
@@ -435,7 +437,7 @@ fn take_resolved<K: std::hash::Hash + Eq>(
 
 /// Removes failure `ordinal` (of `size` bytes) from the list of `key`, if it is there.
 fn remove<K: std::hash::Hash + Eq>(
-    map: &mut HashMap<K, PendingList>,
+    map: &mut FastMap<K, PendingList>,
     key: K,
     ordinal: u64,
     size: u64,
