@@ -2,11 +2,12 @@
 //! as cycles (lows and crests), tags allocations with their cycle, and turns what it saw
 //! into findings.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use gpumemprof_format::{MemKind, Record};
 
 use super::model::*;
+use crate::fasthash::FastMap;
 use crate::observe::Observer;
 use crate::replay::{LiveAlloc, LiveChange, Replayed};
 use crate::report::TraceInfo;
@@ -66,7 +67,7 @@ struct FreeButFailed {
 pub struct Analysis {
     rows: BTreeMap<(i32, MemKind), RowTrack>,
     /// The cycle of every live memory allocation, by (kind, address, time).
-    cycles: HashMap<(MemKind, u64, u64), u64>,
+    cycles: FastMap<(MemKind, u64, u64), u64>,
     /// Releases since the last allocation (the shutdown phase, once the trace ends).
     late: Vec<LateRelease>,
     free_but_failed: BTreeMap<(i32, MemKind), FreeButFailed>,
