@@ -146,7 +146,12 @@ mod tests {
         };
         let base = key(0, 1, 2, 3);
         assert_eq!(base, key(0, 1, 2, 3));
-        for other in [key(-1, 1, 2, 3), key(0, 2, 2, 3), key(0, 1, 3, 3), key(0, 1, 2, 4)] {
+        for other in [
+            key(-1, 1, 2, 3),
+            key(0, 2, 2, 3),
+            key(0, 1, 3, 3),
+            key(0, 1, 2, 4),
+        ] {
             assert_ne!(base, other);
         }
         // Fields in other places: (1, 0) is not (0, 1).
