@@ -66,6 +66,30 @@ pub struct Ring {
 // an acquire load of head; the release store of tail hands them back.
 unsafe impl Sync for Ring {}
 
+/// Stores `ev` into `slot` a field at a time. The hook built the event a field at a time
+/// (on its stack where the compiler kept it there), and a whole-slot copy reads it back in
+/// 16-byte loads, each of which waits for the narrower stores under it to retire instead
+/// of taking their values (store forwarding works load by store of one width).
+///
+/// # Safety
+/// `slot` is valid for writes of an `Event`.
+#[inline(always)]
+unsafe fn write_fields(slot: *mut Event, ev: &Event) {
+    use std::ptr::addr_of_mut;
+    addr_of_mut!((*slot).time_ns).write(ev.time_ns);
+    addr_of_mut!((*slot).address).write(ev.address);
+    addr_of_mut!((*slot).size).write(ev.size);
+    addr_of_mut!((*slot).stream).write(ev.stream);
+    addr_of_mut!((*slot).pool).write(ev.pool);
+    addr_of_mut!((*slot).aux).write(ev.aux);
+    addr_of_mut!((*slot).stack).write(ev.stack);
+    addr_of_mut!((*slot).device).write(ev.device);
+    addr_of_mut!((*slot).result).write(ev.result);
+    addr_of_mut!((*slot).api).write(ev.api);
+    addr_of_mut!((*slot).kind).write(ev.kind);
+    addr_of_mut!((*slot).mem).write(ev.mem);
+}
+
 impl Ring {
     /// A ring of `capacity` events (rounded up to a power of two), owned by `tid`;
     /// None if the memory cannot be had.
@@ -114,7 +138,7 @@ impl Ring {
                 return Err(());
             }
         }
-        (*self.slots[(head & self.mask) as usize].get()).write(*ev);
+        write_fields((*self.slots[(head & self.mask) as usize].get()).as_mut_ptr(), ev);
         self.producer.head.store(head + 1, Ordering::Release);
         // The slot a few pushes ahead was last read by the writer on another core: ask
         // for it in exclusive state now, so the store then does not wait for it (that
