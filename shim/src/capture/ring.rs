@@ -66,10 +66,10 @@ pub struct Ring {
 // an acquire load of head; the release store of tail hands them back.
 unsafe impl Sync for Ring {}
 
-/// Stores `ev` into `slot` a field at a time. The hook built the event a field at a time
-/// (on its stack where the compiler kept it there), and a whole-slot copy reads it back in
-/// 16-byte loads, each of which waits for the narrower stores under it to retire instead
-/// of taking their values (store forwarding works load by store of one width).
+/// Stores `ev` into `slot` a field at a time. The hook builds the event a field at a time
+/// (on its stack, where the compiler keeps it), and a whole-slot copy read it back in
+/// 16-byte loads, each of which waited for the narrower stores under it to retire instead
+/// of taking their values (store forwarding serves a load from one store of its width).
 ///
 /// # Safety
 /// `slot` is valid for writes of an `Event`.
@@ -138,7 +138,10 @@ impl Ring {
                 return Err(());
             }
         }
-        write_fields((*self.slots[(head & self.mask) as usize].get()).as_mut_ptr(), ev);
+        write_fields(
+            (*self.slots[(head & self.mask) as usize].get()).as_mut_ptr(),
+            ev,
+        );
         self.producer.head.store(head + 1, Ordering::Release);
         // The slot a few pushes ahead was last read by the writer on another core: ask
         // for it in exclusive state now, so the store then does not wait for it (that

@@ -18,13 +18,12 @@
 //! stops early, plus a byte count per stack that changed inside the window.
 
 use std::collections::hash_map::{Entry, HashMap};
-
-use crate::fasthash::FastMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use gpumemprof_format::{Alloc, AllocFailed, MemKind, ReadError, Record, Sample, TraceReader};
 
+use crate::fasthash::FastMap;
 use crate::observe::{self, Observer};
 use crate::replay::attempts::Attempts;
 use crate::replay::{LiveAlloc, LiveChange, Loaded, Replay, Replayed, MAX_KEPT_FAILURES};
