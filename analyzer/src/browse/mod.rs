@@ -8,8 +8,8 @@
 //! resolved once and interned), `tree` (the call tree of a moment, what is open, the
 //! search), `sites` (the flat views), `moment` (the moments shown, and a second trace's),
 //! `steps` (the training steps NVTX ranges mark, to follow a second trace step for step),
-//! `app` (state and keys, no terminal), `chart`, `draw` and `details` (the screen).
-//! `cmd/browse.rs` runs the terminal and the loop.
+//! `app` (state and keys, no terminal), `chart`, `draw` and `details` (the screen),
+//! `terminal` (a frame at a time). `cmd/browse.rs` runs the loop.
 
 pub mod app;
 pub mod chart;
@@ -21,6 +21,7 @@ pub mod names;
 pub mod sites;
 pub mod steps;
 pub mod story;
+pub mod terminal;
 pub mod tree;
 
 #[cfg(test)]

@@ -770,3 +770,52 @@ fn the_other_keys() {
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(a.key(ctrl_c), Action::Quit);
 }
+
+/// Each write the terminal's writer receives.
+#[derive(Clone, Default)]
+struct Writes(std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>);
+
+impl std::io::Write for Writes {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().push(bytes.to_vec());
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A frame reaches the terminal in one write, as one synchronized update (DEC mode 2026),
+/// the whole screen in it; the next frame, another write; and what is written when the
+/// screen goes (the cursor shown again) goes out then.
+#[test]
+fn a_frame_goes_out_in_one_write_as_one_synchronized_update() {
+    use ratatui::layout::Rect;
+    use ratatui::{TerminalOptions, Viewport};
+    let writes = Writes::default();
+    let options = TerminalOptions {
+        viewport: Viewport::Fixed(Rect::new(0, 0, 80, 24)),
+    };
+    let mut s = super::terminal::Screen::new(writes.clone(), options).unwrap();
+    let mut app = app();
+    s.draw(&mut app).unwrap();
+    {
+        let w = writes.0.borrow();
+        assert_eq!(w.len(), 1);
+        let frame = String::from_utf8_lossy(&w[0]);
+        assert!(frame.starts_with("\x1b[?2026h"), "{frame:?}");
+        assert!(frame.ends_with("\x1b[?2026l"), "{frame:?}");
+        // The first and the last rows of the screen, in the one write.
+        assert!(frame.contains("gpumemprof browse"), "{frame:?}");
+        assert!(frame.contains("? help"), "{frame:?}");
+    }
+    press(&mut app, "l");
+    s.draw(&mut app).unwrap();
+    assert_eq!(writes.0.borrow().len(), 2);
+    drop(s);
+    let w = writes.0.borrow();
+    assert_eq!(w.len(), 3);
+    // ratatui's show-cursor sequence, which it writes when the terminal is dropped.
+    assert_eq!(w[2], b"\x1b[?25h");
+}

@@ -3,24 +3,21 @@
 //! (`browse`) until `q`. A trace still being
 //! written is followed: read again, what the user set up kept, whenever it grew (looked at
 //! every second between keys, and at most a fifth of the time spent reading); `r` reads
-//! again at once. Needs a terminal on stdout. Each frame reaches the terminal in one write,
-//! bracketed as a synchronized update, so no terminal (or SSH link) shows half a screen.
+//! again at once. Needs a terminal on stdout (drawn on a frame at a time:
+//! `browse/terminal.rs`).
 
-use std::io::{BufWriter, IsTerminal, Stdout, Write};
+use std::io::{IsTerminal, Stdout};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
-use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
-use ratatui::crossterm::queue;
-use ratatui::crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
-use ratatui::Terminal;
 
 use crate::browse::app::{Action, App};
 use crate::browse::names::{Names, Symbols};
 use crate::browse::sites::{self, Leaked};
 use crate::browse::story::StoryBuilder;
+use crate::browse::terminal::{self, Screen};
 use crate::cmd::browse_job::{self, Opened};
 use crate::error::Error;
 use crate::live::find_trace;
@@ -69,7 +66,7 @@ pub fn run(args: &Args) -> Result<(), Error> {
         None => browse_job::open(&args.traces, args.rank)?,
     };
     let mut reading = started.elapsed();
-    let mut terminal = screen().map_err(Error::Output)?;
+    let mut terminal = terminal::open().map_err(Error::Output)?;
     let _restore = Restore;
     let mut kept = None;
     loop {
@@ -113,26 +110,6 @@ pub fn run(args: &Args) -> Result<(), Error> {
         reading = started.elapsed();
         kept = Some(keep);
     }
-}
-
-/// The terminal, each frame written whole: a frame of a 100x30 screen with its colours is
-/// several KiB, which stdout's 1 KiB line buffer would send in pieces.
-type Screen = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
-
-/// Raw mode, the alternate screen, and the terminal given back on a panic (ratatui's
-/// `try_init`), drawing through a buffer that holds a whole frame.
-fn screen() -> std::io::Result<Screen> {
-    drop(ratatui::try_init()?);
-    let out = BufWriter::with_capacity(1 << 18, std::io::stdout());
-    Terminal::new(CrosstermBackend::new(out))
-}
-
-/// Draws the app as one synchronized update (terminals that do not know it ignore it).
-fn draw(terminal: &mut Screen, app: &mut App) -> std::io::Result<()> {
-    queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
-    terminal.draw(|f| crate::browse::draw::draw(f, app))?;
-    queue!(terminal.backend_mut(), EndSynchronizedUpdate)?;
-    terminal.backend_mut().flush()
 }
 
 /// Gives the terminal back (raw mode off, the main screen) however `run` ends.
@@ -226,12 +203,12 @@ const FOLLOW: Duration = Duration::from_secs(1);
 /// Draws and applies keys until one asks to quit or read again; reads again by itself when
 /// `grew` says a trace being written grew.
 fn event_loop(
-    terminal: &mut Screen,
+    terminal: &mut Screen<Stdout>,
     app: &mut App,
     grew: impl Fn() -> bool,
 ) -> std::io::Result<Action> {
     loop {
-        draw(terminal, app)?;
+        terminal.draw(app)?;
         let action = if event::poll(FOLLOW)? {
             match event::read()? {
                 Event::Key(key) if key.kind != KeyEventKind::Release => app.key(key),
@@ -247,7 +224,7 @@ fn event_loop(
             Action::Continue => {}
             Action::Reload => {
                 app.message = Some("reading the trace again...".to_string());
-                draw(terminal, app)?;
+                terminal.draw(app)?;
                 return Ok(Action::Reload);
             }
             other => return Ok(other),
