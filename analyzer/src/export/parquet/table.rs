@@ -8,9 +8,10 @@
 //! or optional scalar (INT32, INT64, BOOLEAN, BYTE_ARRAY) or a list of strings (the
 //! three-level LIST of the Parquet spec).
 
+use std::collections::HashSet;
 use std::io::BufWriter;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use parquet::basic::{Compression, Type as Physical, ZstdLevel};
 use parquet::data_type::ByteArray;
@@ -36,11 +37,22 @@ const ZSTD_LEVEL: i32 = 3;
 /// kept for the rest of the process. A row's clones of it, the writer's dictionary's and
 /// their drops are then copies of a pointer; a counted one cost an atomic increment and
 /// decrement per value, shared with the encoder's thread (15% of an export's time). For
-/// the strings rows share (an API, a kind, a range's name, a host, a path): a few per
-/// distinct name.
+/// the strings rows share (an API, a kind, a range's name, a host, a path): each distinct
+/// one is kept once for all the traces of an export (the ranks of a job name the same
+/// ranges), so what is kept is bounded by the distinct names, not by the traces.
 pub fn kept(s: &str) -> ByteArray {
-    let s: &'static [u8] = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
-    ByteArray::from(bytes::Bytes::from_static(s))
+    static KEPT: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let set = kept.get_or_insert_with(HashSet::new);
+    let s: &'static str = match set.get(s) {
+        Some(k) => k,
+        None => {
+            let k: &'static str = Box::leak(s.to_owned().into_boxed_str());
+            set.insert(k);
+            k
+        }
+    };
+    ByteArray::from(bytes::Bytes::from_static(s.as_bytes()))
 }
 
 /// A Parquet file being written.
@@ -376,6 +388,15 @@ mod tests {
             t.close().unwrap_err().to_string(),
             "/dev/full: not written: an earlier write failed"
         );
+    }
+
+    /// A string kept twice (the same range name in two ranks' traces) is one copy.
+    #[test]
+    fn a_kept_string_is_kept_once() {
+        let (a, b) = (kept("aten::addmm"), kept(&String::from("aten::addmm")));
+        assert_eq!(a.data(), b"aten::addmm");
+        assert_eq!(a.data().as_ptr(), b.data().as_ptr());
+        assert_ne!(kept("aten::mm").data().as_ptr(), a.data().as_ptr());
     }
 
     /// One row group for the default size: nothing is flushed before `close`.
