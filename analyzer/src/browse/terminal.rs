@@ -24,7 +24,7 @@ struct Pending<W: Write> {
 /// The writer under ratatui's backend: it keeps what is written (ratatui flushes at the
 /// end of each draw, before the update's end is queued) until the screen sends it.
 /// Whatever is left when it is dropped (the cursor shown again) goes out then.
-pub struct Frames<W: Write>(Rc<RefCell<Pending<W>>>);
+struct Frames<W: Write>(Rc<RefCell<Pending<W>>>);
 
 impl<W: Write> Write for Frames<W> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {

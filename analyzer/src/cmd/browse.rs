@@ -57,15 +57,12 @@ pub fn run(args: &Args) -> Result<(), Error> {
     }
     // The first read shows its progress bar before the screen changes.
     let started = Instant::now();
-    let Opened {
-        paths,
-        mut read,
-        mut note,
-    } = match args.pid {
+    let Opened { mut read, mut note } = match args.pid {
         Some(pid) => browse_job::open(&[find_trace(pid)?], None)?,
         None => browse_job::open(&args.traces, args.rank)?,
     };
     let mut reading = started.elapsed();
+    let paths: Vec<PathBuf> = read.iter().map(|r| r.0.clone()).collect();
     let mut terminal = terminal::open().map_err(Error::Output)?;
     let _restore = Restore;
     let mut kept = None;

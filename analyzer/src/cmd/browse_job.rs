@@ -15,7 +15,6 @@ pub type Read = (PathBuf, Loaded, StoryBuilder, Option<String>);
 
 /// What `browse` opens.
 pub struct Opened {
-    pub paths: Vec<PathBuf>,
     pub read: Vec<Read>,
     /// Which rank B is and why, for the footer (a job folder).
     pub note: Option<String>,
@@ -37,7 +36,6 @@ pub fn open(inputs: &[PathBuf], rank: Option<u64>) -> Result<Opened, Error> {
                 .to_string(),
         )),
         _ => Ok(Opened {
-            paths: inputs.to_vec(),
             read: (inputs.iter())
                 .map(|p| read_one(p, None))
                 .collect::<Result<_, _>>()?,
@@ -101,10 +99,8 @@ fn job(dir: &Path, rank: Option<u64>) -> Result<Opened, Error> {
             (Some(read), note)
         }
     };
-    let read: Vec<Read> = std::iter::once(a).chain(b).collect();
     Ok(Opened {
-        paths: read.iter().map(|r| r.0.clone()).collect(),
-        read,
+        read: std::iter::once(a).chain(b).collect(),
         note,
     })
 }

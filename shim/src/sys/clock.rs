@@ -67,7 +67,8 @@ fn rdtsc_after() -> u64 {
     // seeing another thread's hand-off read lower than the stamp that thread took before
     // it, in up to 11% of hand-offs and by up to 197 ticks (tests/bench/clock_skew.c): an
     // address freed on one thread and allocated on another could replay as allocated
-    // before it was freed. It costs about 12 ns an allocation (BENCHMARKS.md).
+    // before it was freed. On both stamps of a pair it cost 22 ns (BENCHMARKS.md, fourth);
+    // only an allocation's keeps it.
     unsafe {
         std::arch::x86_64::_mm_lfence();
         std::arch::x86_64::_rdtsc()
