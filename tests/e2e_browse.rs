@@ -343,11 +343,12 @@ fn two_runs_side_by_side() {
     t.quit();
 }
 
-/// Two runs of the real PyTorch loop (`torch_train.py 3 --nvtx`), the second pausing 2 s
-/// before each step: at A's peak (its step 3, a tenth of a second into its loop), B by time
-/// has not begun its steps (it would have to start its loop 1.9 s sooner than A; the slow
-/// run goes first, so a cold `import torch` slows it, not A); by step (`a` twice) it is in
-/// its step 3 too.
+/// Two runs of the real PyTorch loop (`torch_train.py 3 --nvtx`, each step lasting 50 ms,
+/// 25 of the traces' 2 ms time buckets: a bare step of a millisecond or two could begin and
+/// end inside one), the second pausing 2 s before each step: at A's peak (its step 3, a
+/// tenth of a second into its loop), B by time has not begun its steps (it would have to
+/// start its loop 1.9 s sooner than A; the slow run goes first, so a cold `import torch`
+/// slows it, not A); by step (`a` twice) it is in its step 3 too.
 #[test]
 fn two_pytorch_runs_follow_each_other_step_for_step() {
     let dir = scratch("browse_steps");
@@ -356,11 +357,16 @@ fn two_pytorch_runs_follow_each_other_step_for_step() {
     let env = [("NVTX_INJECTION64_PATH", nvtx.as_str())];
     Job::run(
         "torch_train.py",
-        &["3", "--nvtx", "--pause", "2"],
+        &["3", "--nvtx", "--step-time", "0.05", "--pause", "2"],
         &env,
         Some(&b),
     );
-    Job::run("torch_train.py", &["3", "--nvtx"], &env, Some(&a));
+    Job::run(
+        "torch_train.py",
+        &["3", "--nvtx", "--step-time", "0.05"],
+        &env,
+        Some(&a),
+    );
     let t = Tmux::start("steps", &dir, &command(&[&a, &b]), 100, 30);
     let s = t.wait_for("B at the peak");
     let a_line = line_with(&s, "▶ A at the peak");

@@ -1,7 +1,7 @@
 """A small PyTorch training loop with the commonest leak, run by the tests on the unmodified torch
 package and the simulated GPU (tests/torch_package.rs).
 
-    torch_train.py STEPS [--snapshot PATH] [--nvtx] [--pause SECONDS]
+    torch_train.py STEPS [--snapshot PATH] [--nvtx] [--pause SECONDS] [--step-time SECONDS]
 
 An MLP (nn.Module) trained with Adam for STEPS steps on random batches; each step keeps its output
 in a module-level list "for logging", so one activation per step stays live until the interpreter
@@ -11,7 +11,9 @@ PyTorch holds as parameters, optimizer state and gradients (each tensor rounded 
 allocator's 512 bytes, as its blocks are); with --snapshot, PyTorch's own recorder runs from the
 start and its snapshot is dumped to PATH after the last step (the line "snapshot" says when);
 with --nvtx each step is one NVTX range ("step", torch.cuda.nvtx), and with --pause the
-loop sleeps SECONDS before each step (a slower run of the same steps).
+loop sleeps SECONDS before each step (a slower run of the same steps); with --step-time each
+step sleeps at its end, inside its range, until it has lasted SECONDS (as a real step waits for
+its GPU work: a step of a millisecond is shorter than a time bucket of `browse`).
 Last, one small backward pass lets autograd's thread finish with the training's (see
 drain_autograd), and the line "end" gives the stats at the program's end.
 """
@@ -101,7 +103,7 @@ def train_step(model, opt, batch):
 
 def main():
     steps = int(sys.argv[1])
-    snapshot, nvtx, pause = None, False, 0.0
+    snapshot, nvtx, pause, step_time = None, False, 0.0, 0.0
     rest = iter(sys.argv[2:])
     for arg in rest:
         if arg == "--snapshot":
@@ -110,6 +112,8 @@ def main():
             nvtx = True
         elif arg == "--pause":
             pause = float(next(rest))
+        elif arg == "--step-time":
+            step_time = float(next(rest))
         else:
             sys.exit(f"torch_train.py: unknown argument {arg}")
     if snapshot:
@@ -121,8 +125,10 @@ def main():
         time.sleep(pause)
         if nvtx:
             torch.cuda.nvtx.range_push("step")
+        began = time.monotonic()
         batch = torch.randn(BATCH, IN, device="cuda")  # BATCH
         train_step(model, opt, batch)
+        time.sleep(max(0.0, step_time - (time.monotonic() - began)))
         if nvtx:
             torch.cuda.nvtx.range_pop()
         report("step", step=step)

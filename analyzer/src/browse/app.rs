@@ -278,8 +278,14 @@ impl<'a> App<'a> {
                 }
                 Align::Steps => {
                     let t = m.time(&self.story);
-                    let theirs = steps::align(&self.story.steps, &other.steps, t);
-                    Moment::Bucket(other.bucket_of(theirs.unwrap_or(t)))
+                    Moment::Bucket(match steps::align(&self.story.steps, &other.steps, t) {
+                        Some(theirs) => {
+                            let (from, to) =
+                                steps::stretch(&other.steps, theirs).expect("aligned on its steps");
+                            other.bucket_within(theirs, from, to)
+                        }
+                        None => other.bucket_of(t),
+                    })
                 }
             },
         }

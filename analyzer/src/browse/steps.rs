@@ -145,6 +145,17 @@ pub fn align(ours: &[Step], theirs: &[Step], t: u64) -> Option<u64> {
     })
 }
 
+/// The stretch holding `t` that `words` names: its step, the gap between two steps, the
+/// time before the first or after the last (both ends inclusive); `None` without steps.
+pub fn stretch(steps: &[Step], t: u64) -> Option<(u64, u64)> {
+    Some(match place(steps, t)? {
+        Place::Before(_) => (0, steps[0].start_ns.saturating_sub(1)),
+        Place::In(k, _) => (steps[k].start_ns, steps[k].end_ns),
+        Place::After(k, _) => (steps[k].end_ns + 1, steps[k + 1].start_ns.saturating_sub(1)),
+        Place::Past(_) => (steps[steps.len() - 1].end_ns + 1, u64::MAX),
+    })
+}
+
 /// `step 3/10`, `after step 3/10`, `before step 1/10`; empty without steps.
 pub fn words(steps: &[Step], t: u64) -> String {
     let n = steps.len();
@@ -233,6 +244,18 @@ mod tests {
         assert_eq!(align(&[], &b, 150), None);
         // A zero-length step: its start.
         assert_eq!(align(&steps(&[(10, 10)]), &b, 10), Some(1000));
+    }
+
+    #[test]
+    fn a_stretch_is_the_step_or_the_gap_words_name() {
+        let a = steps(&[(100, 200), (300, 400)]);
+        assert_eq!(stretch(&a, 50), Some((0, 99)));
+        assert_eq!(stretch(&a, 100), Some((100, 200)));
+        assert_eq!(stretch(&a, 200), Some((100, 200)));
+        assert_eq!(stretch(&a, 250), Some((201, 299)));
+        assert_eq!(stretch(&a, 300), Some((300, 400)));
+        assert_eq!(stretch(&a, 401), Some((401, u64::MAX)));
+        assert_eq!(stretch(&[], 401), None);
     }
 
     #[test]

@@ -438,6 +438,27 @@ impl Story {
         ((time_ns / self.width_ns.max(1)) as usize).min(self.buckets.len().saturating_sub(1))
     }
 
+    /// The bucket holding `time_ns` (which lies from `from` to `to`), or, where that
+    /// bucket's moment (`max_ns`) falls outside them, the nearest whose moment does not:
+    /// a step that begins halfway through a bucket is shown in that step, not before it.
+    /// The bucket of `time_ns` where none does.
+    pub fn bucket_within(&self, time_ns: u64, from: u64, to: u64) -> usize {
+        let inside = |b: usize| (from..=to).contains(&self.buckets[b].max_ns);
+        let home = self.bucket_of(time_ns);
+        let (first, last) = (self.bucket_of(from), self.bucket_of(to));
+        for d in 0..=last.saturating_sub(first) {
+            for b in [home.checked_add(d), home.checked_sub(d)]
+                .into_iter()
+                .flatten()
+            {
+                if (first..=last).contains(&b) && inside(b) {
+                    return b;
+                }
+            }
+        }
+        home
+    }
+
     /// Changes (allocations made live or released) before bucket `i`.
     pub fn changes_before(&self, i: usize) -> u64 {
         self.before.get(i).copied().unwrap_or(0)

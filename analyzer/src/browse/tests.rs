@@ -7,6 +7,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 
 use super::app::{Action, App};
+use super::moment::Moment;
 use super::names::Names;
 use super::sites::{self, Leaked};
 use super::story::{Story, StoryBuilder, MAX_BUCKETS};
@@ -622,9 +623,14 @@ fn two_runs_side_by_side_with_their_differences() {
 /// Each step of `training_paced` marked by an NVTX range (thread 1), from its start to
 /// 10 ms after its last allocation.
 fn mark_steps(b: &mut StoryBuilder, period_ns: u64) {
+    mark_steps_late(b, period_ns, 0);
+}
+
+/// `mark_steps`, each range pushed `late_ns` after the step's first allocation.
+fn mark_steps_late(b: &mut StoryBuilder, period_ns: u64, late_ns: u64) {
     for step in 0..3u64 {
         let t = 1_000_000_000 + step * period_ns;
-        for (time_ns, op) in [(t, NvtxOp::Push), (t + 410_000_000, NvtxOp::Pop)] {
+        for (time_ns, op) in [(t + late_ns, NvtxOp::Push), (t + 410_000_000, NvtxOp::Pop)] {
             b.record(&Record::Nvtx(Nvtx {
                 time_ns,
                 tid: 1,
@@ -689,6 +695,35 @@ fn two_runs_of_different_speeds_follow_each_other_step_for_step() {
     );
     press(&mut app, "a");
     assert_eq!(lines(&mut app, 23, 23), "the second trace follows by time");
+}
+
+/// B's step 3 begins 1 ms after its first allocation, inside the 2 ms bucket that holds
+/// both (3.99983 s to 4.00193 s), whose moment is that allocation (4.000 s), before the
+/// step. Following A's step 3 from its start, B is shown in its step 3: at the next
+/// bucket's start (4.00193 s), where nothing changed (as a CI run of two PyTorch jobs once showed
+/// `after step 2/3`).
+#[test]
+fn by_step_the_second_trace_is_shown_in_the_step_even_where_it_begins_mid_bucket() {
+    let (mut a, a_live) = training();
+    let (mut b, b_live) = training_paced(3 * MIB, false, 1_500_000_000);
+    mark_steps(&mut a, 1_000_000_000);
+    mark_steps_late(&mut b, 1_500_000_000, 1_000_000);
+    let (a, b) = (a.finish(), b.finish());
+    let mut names = names();
+    names.add(Box::new(table()));
+    let sides =
+        [(&a_live, &[][..]), (&b_live, &[][..])].map(|(live, at_exit)| Leaked { live, at_exit });
+    let leaks = sites::leaks(&sides, &mut names, a.tensors);
+    let mut app = App::new(a, names, "train.py (pid 42)".into(), leaks);
+    app.compare(b, "train.py (pid 43)".into());
+    press(&mut app, "aa");
+    let start = app.story.bucket_of(3_000_000_000);
+    app.go(Moment::Bucket(start));
+    assert_eq!(
+        lines(&mut app, 7, 8),
+        "▶ A at 3.000 s (step 3/3): 12.0 MiB live
+  B at 4.001 s (step 3/3): 14.0 MiB live"
+    );
 }
 
 #[test]
