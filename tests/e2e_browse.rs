@@ -305,7 +305,7 @@ fn a_running_job_by_its_pid_followed_until_it_ended() {
     assert!(line_with(&s, "▶").starts_with("▶ at the end "), "{s}");
     assert!(!s.contains("read again as it grows"), "{s}");
     // r reads it again at once, what was chosen kept.
-    t.keys(&["r"]);
+    t.keys_keeping_screen(&["r"]);
     let s = t.wait_for("? help");
     assert!(line_with(&s, "▶").ends_with(": 0 B live"), "{s}");
     t.quit();

@@ -3,6 +3,7 @@
 //! terminal would see it (`browse`'s end-to-end tests). Each session has its own socket, so
 //! tests in parallel never meet.
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -13,6 +14,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 pub struct Tmux {
     socket: String,
+    /// The screen before the last keys (or resize) that no `wait_for` has seen change yet.
+    before: RefCell<Option<String>>,
 }
 
 fn tmux(socket: &str, args: &[&str]) -> Output {
@@ -28,7 +31,10 @@ impl Tmux {
     /// the pane shows `EXIT=<status>` and stays.
     pub fn start(name: &str, dir: &Path, command: &str, width: u16, height: u16) -> Tmux {
         let socket = format!("gpumemprof-{name}-{}", std::process::id());
-        let t = Tmux { socket };
+        let t = Tmux {
+            socket,
+            before: RefCell::new(None),
+        };
         let line = format!("{command}; echo EXIT=$?; sleep 600");
         let out = tmux(
             &t.socket,
@@ -68,15 +74,19 @@ impl Tmux {
             .to_string()
     }
 
-    /// Waits until the screen shows `text` and has stopped changing (the same in two looks
-    /// 100 ms apart: a frame may reach the terminal in more than one read), and returns it;
-    /// panics with the screen after `PATIENCE`.
+    /// Waits until the screen shows `text`, differs from the screen before the last keys
+    /// (a program slow to read them still shows the old screen, which may hold `text` too)
+    /// and has stopped changing (the same in two looks 100 ms apart: a frame may reach the
+    /// terminal in more than one read), and returns it; panics with the screen after
+    /// `PATIENCE`.
     pub fn wait_for(&self, text: &str) -> String {
         let start = Instant::now();
         let mut last = String::new();
         loop {
             let s = self.screen();
-            if s.contains(text) && s == last {
+            let changed = self.before.borrow().as_ref() != Some(&s);
+            if s.contains(text) && s == last && changed {
+                self.before.replace(None);
                 return s;
             }
             if start.elapsed() > PATIENCE {
@@ -87,8 +97,21 @@ impl Tmux {
         }
     }
 
-    /// Sends tmux key names (`Tab`, `Enter`, `q`, `Escape`), one at a time.
+    /// Sends tmux key names (`Tab`, `Enter`, `q`, `Escape`), one at a time; the next
+    /// `wait_for` waits for a screen that differs from the one before them.
     pub fn keys(&self, keys: &[&str]) {
+        self.before.replace(Some(self.screen()));
+        self.send(keys);
+    }
+
+    /// `keys` that may leave the screen as it was (`r`: read the trace again, to the
+    /// same state): the next `wait_for` does not wait for a change.
+    pub fn keys_keeping_screen(&self, keys: &[&str]) {
+        self.before.replace(None);
+        self.send(keys);
+    }
+
+    fn send(&self, keys: &[&str]) {
         for k in keys {
             let out = tmux(&self.socket, &["send-keys", k]);
             assert!(out.status.success(), "send-keys {k}");
@@ -104,8 +127,10 @@ impl Tmux {
         self.wait_for("EXIT=0");
     }
 
-    /// Resizes the terminal.
+    /// Resizes the terminal; the next `wait_for` waits for a screen that differs from the
+    /// one before.
     pub fn resize(&self, width: u16, height: u16) {
+        self.before.replace(Some(self.screen()));
         let out = tmux(
             &self.socket,
             &[
