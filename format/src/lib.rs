@@ -95,9 +95,9 @@ pub mod kind {
 pub const MAX_HEADER_LEN: usize = 1 << 20;
 /// A block's compressed size may not exceed this.
 pub const MAX_BLOCK_COMPRESSED: usize = 16 << 20;
-/// A block's decompressed size may not exceed this (writers flush at 1 MiB).
+/// A block's decompressed size may not exceed this (writers flush at `BLOCK_FLUSH_BYTES`).
 pub const MAX_BLOCK_RAW: usize = 16 << 20;
 /// Writers flush a block once its raw size passes this.
-pub const BLOCK_FLUSH_BYTES: usize = 1 << 20;
+pub const BLOCK_FLUSH_BYTES: usize = 256 << 10;
 /// A stack may not have more frames than this.
 pub const MAX_STACK_FRAMES: usize = 1024;

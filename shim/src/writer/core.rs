@@ -263,8 +263,21 @@ impl WriterCore {
     /// Encodes, in time order, every pending event stamped at or before `cutoff`
     /// (relative ns); `None` emits everything.
     pub(super) fn emit(&mut self, cutoff: Option<u64>) {
+        self.emit_blocks(cutoff, false);
+    }
+
+    /// `emit(Some(cutoff))`, stopping after the first block it writes; true when it did
+    /// and events before the cutoff remain. The writer drains the rings between blocks:
+    /// compressing and writing one takes long enough (about a millisecond for 1 MiB) for
+    /// a thread allocating as fast as it can to fill its ring, and several in a row
+    /// (after a nap) would make it wait (`queue_waits`; BENCHMARKS.md, "ninth").
+    pub(super) fn emit_one_block(&mut self, cutoff: u64) -> bool {
+        self.emit_blocks(Some(cutoff), true)
+    }
+
+    fn emit_blocks(&mut self, cutoff: Option<u64>, one_block: bool) -> bool {
         if self.pending.is_empty() {
-            return;
+            return false;
         }
         // Every pending stamp is older than this anchor: converting interpolates.
         self.clock.anchor();
@@ -285,17 +298,21 @@ impl WriterCore {
             }
             _ => self.pending.len(),
         };
-        for _ in 0..n {
+        for left in (0..n).rev() {
             let Some(p) = self.pending.pop_front() else {
                 break;
             };
             let t = self.clock.to_ns(p.time()).saturating_sub(self.start_ns);
-            self.put(p.retimed(t));
+            if self.put(p.retimed(t)) && one_block && left > 0 {
+                return true;
+            }
         }
+        false
     }
 
-    /// Encodes one event (or hands it to the flight recorder).
-    pub(super) fn put(&mut self, p: Pending) {
+    /// Encodes one event (or hands it to the flight recorder); true when that filled a
+    /// block, which was written.
+    pub(super) fn put(&mut self, p: Pending) -> bool {
         match &mut self.sink {
             Sink::File(out) => {
                 // Counted as written: the flight recorder's events come through here once
@@ -318,7 +335,9 @@ impl WriterCore {
                 self.block_events += 1;
                 if enc.len() >= BLOCK_FLUSH_BYTES {
                     self.flush_block();
+                    return true;
                 }
+                false
             }
             Sink::Recorder(r) => {
                 let oom = matches!(&p, Pending::Failed(f) if f.result == OUT_OF_MEMORY);
@@ -326,6 +345,7 @@ impl WriterCore {
                 if oom {
                     self.dump_recorder();
                 }
+                false
             }
         }
     }

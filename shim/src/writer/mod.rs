@@ -6,6 +6,8 @@
 
 pub mod bench;
 mod core;
+#[cfg(test)]
+mod emit_tests;
 mod membarrier;
 pub mod nvml;
 mod oom_count;

@@ -97,7 +97,7 @@ impl Pipeline {
                     grown = 0;
                 }
             }
-            let popped = {
+            let popped: (usize, bool) = {
                 let mut core = self.core.lock();
                 for m in samples.drain(..) {
                     core.stage(Pending::Sample(m));
@@ -107,7 +107,8 @@ impl Pipeline {
                 core.define_stacks();
                 let now = clock::now_ns();
                 let rel = now.saturating_sub(self.start_ns);
-                core.emit(Some(rel.saturating_sub(reorder_window(self.flush_ns))));
+                let cutoff = rel.saturating_sub(reorder_window(self.flush_ns));
+                let more = core.emit_one_block(cutoff);
                 if let Some(p) = core.take_new_path() {
                     self.set_path(&p);
                 }
@@ -130,10 +131,12 @@ impl Pipeline {
                 } else if now.saturating_sub(core.last_flush_ns) >= flush_period(self.flush_ns) {
                     core.periodic_flush(self.queue_waits.load(Ordering::Relaxed), now);
                 }
-                n
+                (n, more)
             };
-            if popped >= self.wake_threshold {
-                continue; // producers are busy: keep draining
+            if popped.0 >= self.wake_threshold || popped.1 {
+                // Producers are busy, or a block was written with more to emit: drain the
+                // rings before going on.
+                continue;
             }
             // Less than a quarter of the queue arrived: nap (each round re-sorts the reorder
             // window, so tiny rounds waste work) until producers fill a quarter of the queue
