@@ -370,10 +370,13 @@ fn a_free_of_memory_allocated_where_the_shim_cannot_see_is_an_unknown_free() {
 }
 
 /// A runtime with no `cudaGetDevice` and no driver in the process (`bare_runtime.c`): the
-/// allocations go on the only device, the profiler says so once, and the torch-snapshot
-/// export keeps them (it dropped every one while they were on device "?").
+/// allocations go on the only device, and the torch-snapshot export keeps them (it dropped
+/// every one while they were on device "?"). A successful allocation where the runtime
+/// counts one device is on device 0 for certain (`device::of_allocation`, which never asks
+/// for the current device then); the failed 2 TiB request at the end is put there too, by
+/// the fallback for a runtime that cannot name its device, which says so once.
 #[test]
-fn a_runtime_without_get_device_puts_allocations_on_the_only_device_and_says_so_once() {
+fn a_runtime_without_get_device_puts_allocations_on_the_only_device() {
     let dir = scratch("bare_runtime");
     let lib = gpumemprof_tests::shared_library("bare_runtime");
     let run = run_profiled(
@@ -383,7 +386,7 @@ fn a_runtime_without_get_device_puts_allocations_on_the_only_device_and_says_so_
         &[("GPUMEMPROF_NVML_MS", "0")],
     );
     assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
-    assert_eq!(run.stdout(), "pairs=100 kept=3\n");
+    assert_eq!(run.stdout(), "pairs=100 kept=3 refused=2\n");
     let stderr = run.stderr();
     let said: Vec<&str> = shim_lines(&stderr)
         .into_iter()
@@ -405,6 +408,7 @@ fn a_runtime_without_get_device_puts_allocations_on_the_only_device_and_says_so_
     assert_eq!(rows[0]["allocations"], 103);
     assert_eq!(rows[0]["frees"], 100);
     assert_eq!(rows[0]["live_bytes_at_end"], 6 * MIB);
+    assert_eq!(rows[0]["failed_allocations"], 1);
 
     let pickle = dir.join("bare.pickle");
     let out = analyzer()
@@ -416,9 +420,10 @@ fn a_runtime_without_get_device_puts_allocations_on_the_only_device_and_says_so_
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let said = String::from_utf8_lossy(&out.stderr);
-    // 103 allocations and 100 frees, each an alloc entry and a segment entry.
+    // 103 allocations and 100 frees, each an alloc entry and a segment entry, and the
+    // refused request's out-of-memory entry.
     assert!(
-        said.contains("506 trace entries on 1 device, 3 segments live at the end"),
+        said.contains("507 trace entries on 1 device, 3 segments live at the end"),
         "{said}"
     );
 }

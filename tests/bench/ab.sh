@@ -3,7 +3,7 @@
 # run so that drift in machine load hits every build alike. For each build (and "none",
 # no shim) it prints the median over the runs of the whole process's CPU time per pair
 # (perf stat task-clock: the program's thread and the writer's together) and of the
-# loop's wall time per pair.
+# loop's wall time per pair, each with the runs' figures in order.
 #
 # usage: tests/bench/ab.sh STACKS RUNS PAIRS SHIM.so [SHIM.so ...]
 #   e.g. cp target/release/libgpumemprof.so /tmp/new.so (and an older build to /tmp/old.so);
@@ -30,4 +30,4 @@ for r in $(seq $runs); do
   done
 done
 med(){ echo $@ | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-for k in none "$@"; do echo "$k: cpu/pair median $(med ${res[$k]}) [${res[$k]} ]  wall median $(med ${wall[$k]})"; done
+for k in none "$@"; do echo "$k: cpu/pair median $(med ${res[$k]}) [${res[$k]} ]  wall median $(med ${wall[$k]}) [${wall[$k]} ]"; done

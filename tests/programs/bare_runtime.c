@@ -9,7 +9,8 @@
  * missing (one lookup, not one per event) and put the allocations on the only device,
  * saying so once.
  *
- * Memory is host memory from malloc; the device count is 1.
+ * Memory is host memory from malloc; the device count is 1. A request over 1 TiB is refused
+ * as a device would refuse it: out of memory (2), nothing allocated.
  */
 #include <stdlib.h>
 
@@ -17,6 +18,8 @@ __attribute__((visibility("default"))) int cudaMalloc(void **ptr, size_t size)
 {
     if (!ptr)
         return 1; /* cudaErrorInvalidValue */
+    if (size > (size_t)1 << 40)
+        return 2; /* cudaErrorMemoryAllocation */
     *ptr = malloc(size ? size : 1);
     return *ptr ? 0 : 2; /* cudaErrorMemoryAllocation */
 }

@@ -5,8 +5,9 @@
  * Usage: bare_runtime_user LIBRARY PAIRS [KEEP]
  *   opens LIBRARY (libbare_runtime.so) the way a program that loads its runtime at run time
  *   does (dlopen + dlsym), makes PAIRS cudaMalloc(1 MiB) + cudaFree pairs, then KEEP more
- *   cudaMalloc(2 MiB) that are never freed (default 0). Prints "pairs=<n> kept=<k>" and
- *   exits 0, or exits 1 naming what failed.
+ *   cudaMalloc(2 MiB) that are never freed (default 0), then one cudaMalloc(2 TiB), which
+ *   the runtime refuses. Prints "pairs=<n> kept=<k> refused=<its error>" and exits 0, or
+ *   exits 1 naming what failed.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -44,6 +45,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("pairs=%ld kept=%ld\n", pairs, keep);
+    void *huge = NULL;
+    int refused = cuda_malloc(&huge, (size_t)2 << 40);
+    printf("pairs=%ld kept=%ld refused=%d\n", pairs, keep, refused);
     return 0;
 }

@@ -92,7 +92,7 @@ pub(super) fn on_alloc(me: &ThreadState, api: Api, mem: MemKind, rc: c_int, plac
         r.mem = mem;
         let family = api.family();
         r.device = if pool == 0 {
-            device::current(family)
+            device::of_allocation(family)
         } else {
             device::of_pointer(family, addr)
         };

@@ -139,6 +139,18 @@ pub fn current(family: Family) -> i32 {
     }
 }
 
+/// The device of an allocation that succeeded on the current device: `current`, without
+/// asking the library when it counts exactly one device (a process sees its devices
+/// numbered from 0, and their number never changes while it runs: the only one is 0).
+/// A successful allocation had a device; a failed one may have had none (`current`).
+#[inline]
+pub fn of_allocation(family: Family) -> i32 {
+    match only_device(family) {
+        0 => 0,
+        _ => current(family),
+    }
+}
+
 /// The device (or count) a get-device helper `f` reports (-1 when it fails).
 fn asked(f: *mut c_void) -> i32 {
     // SAFETY: cudaGetDevice(int*), cuCtxGetDevice(CUdevice*), hipGetDevice(int*) and
@@ -194,19 +206,29 @@ fn fallback(family: Family, missing: &CStr) -> i32 {
     device
 }
 
+#[inline]
 fn only_device(family: Family) -> i32 {
-    let slot = &ONLY_DEVICE[family as usize];
-    let known = slot.load(Ordering::Acquire);
-    if known != UNCOUNTED {
-        return known;
+    match ONLY_DEVICE[family as usize].load(Ordering::Acquire) {
+        UNCOUNTED => count_devices(family),
+        known => known,
     }
+}
+
+#[cold]
+fn count_devices(family: Family) -> i32 {
+    let slot = &ONLY_DEVICE[family as usize];
     let helper = match family {
         Family::Runtime => &CUDA_DEVICE_COUNT,
         Family::Driver => &CU_DEVICE_COUNT,
         Family::Hip => &HIP_DEVICE_COUNT,
     };
-    // cudaGetDeviceCount, cuDeviceGetCount and hipGetDeviceCount count the same way.
-    let count = helper.get_once().map_or(-1, asked);
+    // cudaGetDeviceCount, cuDeviceGetCount and hipGetDeviceCount count the same way. A
+    // library without the helper never counts: remembered as not one device.
+    let Some(f) = helper.get_once() else {
+        slot.store(-1, Ordering::Release);
+        return -1;
+    };
+    let count = asked(f);
     let device = if count == 1 { 0 } else { -1 };
     // Only an answer is remembered: a failed count (before the driver is initialised)
     // is asked again.

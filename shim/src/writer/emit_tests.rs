@@ -65,7 +65,10 @@ fn one_block_at_a_time_until_all_are_written() {
     let each = written[1] - written[0];
     let want: Vec<u64> = (0..calls).map(|k| written[0] + k * each).collect();
     assert_eq!(written, want);
-    assert!(calls >= 4 && n - written[calls as usize - 1] < each, "{written:?}");
+    assert!(
+        calls >= 4 && n - written[calls as usize - 1] < each,
+        "{written:?}"
+    );
     assert!(std::fs::metadata(&path).unwrap().len() > header);
     // The last call wrote what was left into the open block; `finish` writes it.
     assert!(core.pending.is_empty());
