@@ -9,6 +9,11 @@
 # allocates.
 #
 # usage: tests/bench/torch_step.sh [RUNS [STEPS]]   (defaults: 7 200)
+#   SHIM=path.so     the shim to measure (default: the newest release build)
+#   BEFORE=path.so   adds the mode before_full: that shim with native and Python frames
+#                    (an older build, to compare in the same runs)
+#   MODES="none full ..."  only these modes, none among them (the baseline): fewer modes,
+#                    more runs in the same time
 # Needs the torch package the tests install (cargo test --test e2e_torch_train, or the README's
 # test command) and a release shim (cargo build --release -p gpumemprof-shim).
 set -e
@@ -16,9 +21,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-7}; steps=${2:-200}
 site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
 lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
-shim=$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)
+shim=${SHIM:-$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)}
 trace=$(mktemp -u /tmp/gpumemprof-step.XXXXXX.trace)
-modes="none off native full torch_python torch_all"
+all="none off native full torch_python torch_all"
+[ -n "$BEFORE" ] && all="none off native before_full full torch_python torch_all"
+modes=${MODES:-$all}
 declare -A res
 tensors=
 for r in $(seq "$runs"); do
@@ -26,6 +33,7 @@ for r in $(seq "$runs"); do
     pre=(); rec=none; stacks=off
     case $mode in
       off|native|full) pre=(LD_PRELOAD="$shim"); stacks=$mode ;;
+      before_full) pre=(LD_PRELOAD="$BEFORE"); stacks=full ;;
       torch_python) rec=python ;;
       torch_all) rec=all ;;
     esac
@@ -39,11 +47,16 @@ for r in $(seq "$runs"); do
   done
 done
 echo "tensors per step: $tensors"
-python3 - "$tensors" "${res[none]}" "${res[off]}" "${res[native]}" "${res[full]}" "${res[torch_python]}" "${res[torch_all]}" <<'PY'
+args=()
+for mode in $modes; do args+=("$mode=${res[$mode]}"); done
+python3 - "$tensors" "${args[@]}" <<'PY'
 import statistics as s, sys
 tensors = float(sys.argv[1])
-names = ["none", "off", "native", "full", "torch_python", "torch_all"]
-runs = {n: [float(x) for x in v.split()] for n, v in zip(names, sys.argv[2:])}
+runs = {}
+for arg in sys.argv[2:]:
+    n, v = arg.split("=", 1)
+    runs[n] = [float(x) for x in v.split()]
+names = list(runs)
 base = s.median(runs["none"])
 for n in names:
     m = s.median(runs[n])
