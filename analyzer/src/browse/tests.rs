@@ -643,15 +643,13 @@ fn mark_steps_late(b: &mut StoryBuilder, period_ns: u64, late_ns: u64) {
     }
 }
 
-/// A run with steps 1 s apart beside one with steps 1.5 s apart: by time, B's moment is
-/// between its steps; by step, at the same point of the same step. At 80 columns B's moment
-/// has a line of its own; at 100 both fit on one.
-#[test]
-fn two_runs_of_different_speeds_follow_each_other_step_for_step() {
+/// `training` with its steps marked (A), beside `training_paced` keeping 3 MiB a step, its
+/// steps 1.5 s apart and each range pushed `b_late_ns` after the step's first allocation (B).
+fn paced_pair(b_late_ns: u64) -> App<'static> {
     let (mut a, a_live) = training();
     let (mut b, b_live) = training_paced(3 * MIB, false, 1_500_000_000);
     mark_steps(&mut a, 1_000_000_000);
-    mark_steps(&mut b, 1_500_000_000);
+    mark_steps_late(&mut b, 1_500_000_000, b_late_ns);
     let (a, b) = (a.finish(), b.finish());
     let mut names = names();
     names.add(Box::new(table()));
@@ -660,6 +658,15 @@ fn two_runs_of_different_speeds_follow_each_other_step_for_step() {
     let leaks = sites::leaks(&sides, &mut names, a.tensors);
     let mut app = App::new(a, names, "train.py (pid 42)".into(), leaks);
     app.compare(b, "train.py (pid 43)".into());
+    app
+}
+
+/// A run with steps 1 s apart beside one with steps 1.5 s apart: by time, B's moment is
+/// between its steps; by step, at the same point of the same step. At 80 columns B's moment
+/// has a line of its own; at 100 both fit on one.
+#[test]
+fn two_runs_of_different_speeds_follow_each_other_step_for_step() {
+    let mut app = paced_pair(0);
     assert_eq!(
         lines(&mut app, 7, 8),
         "▶ A at the peak 3.200 s (step 3/3): 17.0 MiB live
@@ -704,18 +711,7 @@ fn two_runs_of_different_speeds_follow_each_other_step_for_step() {
 /// `after step 2/3`).
 #[test]
 fn by_step_the_second_trace_is_shown_in_the_step_even_where_it_begins_mid_bucket() {
-    let (mut a, a_live) = training();
-    let (mut b, b_live) = training_paced(3 * MIB, false, 1_500_000_000);
-    mark_steps(&mut a, 1_000_000_000);
-    mark_steps_late(&mut b, 1_500_000_000, 1_000_000);
-    let (a, b) = (a.finish(), b.finish());
-    let mut names = names();
-    names.add(Box::new(table()));
-    let sides =
-        [(&a_live, &[][..]), (&b_live, &[][..])].map(|(live, at_exit)| Leaked { live, at_exit });
-    let leaks = sites::leaks(&sides, &mut names, a.tensors);
-    let mut app = App::new(a, names, "train.py (pid 42)".into(), leaks);
-    app.compare(b, "train.py (pid 43)".into());
+    let mut app = paced_pair(1_000_000);
     press(&mut app, "aa");
     let start = app.story.bucket_of(3_000_000_000);
     app.go(Moment::Bucket(start));
