@@ -323,8 +323,7 @@ fn two_runs_side_by_side() {
     let a = run_profiled(&ten, "train_leak", &["10"], &[]);
     let b = run_profiled(&twenty, "train_leak", &["20"], &[]);
     let width = c_width();
-    let command = command(&[&a.trace, &b.trace]);
-    let t = Tmux::start("two", &dir, &command, width, 30);
+    let t = Tmux::start("two", &dir, &command(&[&a.trace, &b.trace]), width, 30);
     let s = t.wait_for("B at the peak");
     assert!(s.contains(": 104.0 MiB live · B at the peak "), "{s}");
     assert!(line_with(&s, "▶").ends_with(": 114.0 MiB live"), "{s}");
@@ -411,8 +410,8 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
     }
     let width = c_width();
     let leak = c_line("GPUMEMPROF-LEAK");
-    let command = |rank: &str| format!("{}{rank}", command(&[&job]));
-    let t = Tmux::start("job", &dir, &command(""), width, 30);
+    let job_command = |rank: &str| format!("{}{rank}", command(&[&job]));
+    let t = Tmux::start("job", &dir, &job_command(""), width, 30);
     let s = t.wait_for("B at the peak");
     let title = line_with(&s, "gpumemprof browse");
     assert!(title.contains(" · A: rank 0: "), "{title}");
@@ -428,7 +427,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
         leak_row(width, "10.0 MiB   20.0 MiB   +10.0 MiB")
     );
     t.quit();
-    let t = Tmux::start("job2", &dir, &command(" --rank 2"), width, 30);
+    let t = Tmux::start("job2", &dir, &job_command(" --rank 2"), width, 30);
     t.keys(&["e"]);
     let s = t.wait_for("B at the end");
     assert!(
@@ -440,7 +439,7 @@ fn a_job_folder_shows_its_first_rank_beside_the_highest() {
         leak_row(width, "10.0 MiB   15.0 MiB    +5.0 MiB")
     );
     t.quit();
-    let t = Tmux::start("job7", &dir, &command(" --rank 7"), 200, 10);
+    let t = Tmux::start("job7", &dir, &job_command(" --rank 7"), 200, 10);
     let s = t.wait_for("EXIT=");
     assert!(
         s.ends_with(&format!(

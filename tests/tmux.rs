@@ -100,8 +100,13 @@ impl Tmux {
     /// Sends tmux key names (`Tab`, `Enter`, `q`, `Escape`), one at a time; the next
     /// `wait_for` waits for a screen that differs from the one before them.
     pub fn keys(&self, keys: &[&str]) {
-        self.before.replace(Some(self.screen()));
+        self.expect_change();
         self.send(keys);
+    }
+
+    /// The next `wait_for` waits for a screen other than this one.
+    fn expect_change(&self) {
+        self.before.replace(Some(self.screen()));
     }
 
     /// `keys` that may leave the screen as it was (`r`: read the trace again, to the
@@ -130,7 +135,7 @@ impl Tmux {
     /// Resizes the terminal; the next `wait_for` waits for a screen that differs from the
     /// one before.
     pub fn resize(&self, width: u16, height: u16) {
-        self.before.replace(Some(self.screen()));
+        self.expect_change();
         let out = tmux(
             &self.socket,
             &[

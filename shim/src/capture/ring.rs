@@ -145,8 +145,7 @@ impl Ring {
         self.producer.head.store(head + 1, Ordering::Release);
         // The slot `PREFETCH_AHEAD` pushes ahead was last read by the writer on another
         // core: ask for it in exclusive state now, so the store then does not wait for it
-        // (that wait would stall the program's next locked instruction). At 0, the slot
-        // just written: 4 and 16 measured the same (BENCHMARKS.md, seventh).
+        // (that wait would stall the program's next locked instruction).
         prefetch_for_write(self.slots[((head + PREFETCH_AHEAD) & self.mask) as usize].get());
         Ok(head + 1 - tail)
     }

@@ -268,9 +268,9 @@ impl WriterCore {
 
     /// `emit(Some(cutoff))`, stopping after the first block it writes; true when it did
     /// and events before the cutoff remain. The writer drains the rings between blocks:
-    /// compressing and writing one takes long enough (about a millisecond for 1 MiB) for
-    /// a thread allocating as fast as it can to fill its ring, and several in a row
-    /// (after a nap) would make it wait (`queue_waits`; BENCHMARKS.md, "ninth").
+    /// compressing and writing a 1 MiB block took longer than a thread allocating as fast
+    /// as it can takes to fill its ring (0.9 ms), and several in a row (after a nap) would
+    /// make it wait (`queue_waits`; BENCHMARKS.md, "ninth").
     pub(super) fn emit_one_block(&mut self, cutoff: u64) -> bool {
         self.emit_blocks(Some(cutoff), true)
     }
