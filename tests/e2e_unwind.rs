@@ -191,15 +191,12 @@ fn events_with_frames(records: &[Record]) -> Vec<(&'static str, Vec<(String, u64
 /// interns every stack; the fast run must give each event the same frames, in order.
 #[test]
 fn reused_stack_ids_name_the_same_frames_as_libgcc_finds() {
-    let run_with = |mode: &str| {
-        let dir = scratch(&format!("unwind_reuse_{mode}"));
-        // 1000 warm-up and 2000 timed pairs, 20 frames of recurse() under each.
-        let args = ["cuda", "20", "2000", "4096"];
-        let run = run_profiled(&dir, "bench_loop", &args, &[("GPUMEMPROF_UNWIND", mode)]);
-        assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
-        decode(&run.trace).1
-    };
-    let (fast, slow) = (run_with("fast"), run_with("slow"));
+    // 1000 warm-up and 2000 timed pairs, 20 frames of recurse() under each.
+    let args = ["cuda", "20", "2000", "4096"];
+    let (fast, slow) = (
+        records_unwound("bench_loop", &args, "fast"),
+        records_unwound("bench_loop", &args, "slow"),
+    );
     let (fast, slow) = (events_with_frames(&fast), events_with_frames(&slow));
     assert_eq!(fast.len(), 6000);
     assert_eq!(fast, slow);
@@ -209,6 +206,29 @@ fn reused_stack_ids_name_the_same_frames_as_libgcc_finds() {
     assert_eq!((alloc.0, free.0), ("alloc", "free"));
     assert_ne!(alloc.1, free.1);
     assert!(alloc.1.len() >= 24, "{}", alloc.1.len());
+}
+
+/// The records of `name args` with `GPUMEMPROF_UNWIND=mode`.
+fn records_unwound(name: &str, args: &[&str], mode: &str) -> Vec<Record> {
+    let dir = scratch(&format!("unwind_reuse_{name}_{mode}"));
+    let run = run_profiled(&dir, name, args, &[("GPUMEMPROF_UNWIND", mode)]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    decode(&run.trace).1
+}
+
+/// Call paths in turn, met in the first-state cache once a thread has made 256 captures:
+/// an entry's frames are not even copied once its stack id is noted, and each event must
+/// still name the frames libgcc finds for it (`varied_sites`: 7 paths, 200 rounds).
+#[test]
+fn ids_reused_from_the_first_state_cache_name_the_same_frames_as_libgcc_finds() {
+    let args = ["7", "200", "3"];
+    let fast = events_with_frames(&records_unwound("varied_sites", &args, "fast"));
+    let slow = events_with_frames(&records_unwound("varied_sites", &args, "slow"));
+    assert_eq!(fast.len(), 2800);
+    assert_eq!(fast, slow);
+    // 14 different stacks: 7 paths, an allocation's and a free's each.
+    let distinct: std::collections::HashSet<_> = fast.iter().collect();
+    assert_eq!(distinct.len(), 14);
 }
 
 /// Call paths met in turn, as a training step's are (`varied_sites`: 7 paths of 3 and 4

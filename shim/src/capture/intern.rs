@@ -4,10 +4,11 @@
 //! ```text
 //!  frames ─► 64-bit hash ─► this thread's direct-mapped cache (512 slots, no lock)
 //!                               hit: the id                (the common case: loops repeat)
-//!                               miss: global table (mutex), keyed by the same hash ─► id;
-//!                                     new stacks also queued in `fresh` (the frames shared)
-//!                                     for the writer, who writes each definition before
-//!                                     any event that uses it
+//!                               miss: the process's ids by hash (`id_table.rs`, no lock)
+//!                               not there: the table's lock, a new id; new stacks also
+//!                                     queued in `fresh` (the frames shared) for the
+//!                                     writer, who writes each definition before any
+//!                                     event that uses it
 //! ```
 //!
 //! A thread inserts a stack into the global table before it pushes the event that uses
@@ -29,6 +30,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use gpumemprof_format::{PyCode, PY_MAX_CODE_ID};
+
+use super::id_table;
 
 /// Per-thread cache slots (a power of two): 8 KiB of TLS per thread, more distinct
 /// allocation stacks than a training loop's hot path has.
@@ -77,11 +80,9 @@ pub type CodeKey = [usize; 4];
 pub type Frames = Arc<[u64]>;
 
 struct Table {
-    /// Stacks by their 64-bit `hash` (computed once, for the thread's cache too), as the
-    /// thread's cache keys them: the id, and the frames (for a forked child to write them
-    /// again; a lookup never reads them, so a stack met again costs one cache line here).
-    ids: FxMap<u64, (u64, Frames)>,
-    next: u64,
+    /// Every stack defined so far, id `i + 1` at `i` (a forked child writes them all
+    /// again; a lookup never reads them: the ids by hash are `id_table`'s).
+    defined: Vec<Frames>,
     /// Defined but not yet written by the writer.
     fresh: Vec<(u64, Frames)>,
     codes: FxMap<CodeKey, u64>,
@@ -93,8 +94,7 @@ struct Table {
 
 static TABLE: Lazy<Mutex<Table>> = Lazy::new(|| {
     Mutex::new(Table {
-        ids: FxMap::default(),
-        next: 1,
+        defined: Vec::new(),
         fresh: Vec::new(),
         codes: FxMap::default(),
         code_defs: Vec::new(),
@@ -179,8 +179,13 @@ pub fn intern(frames: &[u64]) -> u32 {
     }) {
         return id as u32;
     }
-    let id = intern_slow(frames, h);
-    let _ = CACHE.try_with(|c| c[slot].set((h, id)));
+    let id = match id_table::lookup(h) {
+        Some(id) => id,
+        None => intern_slow(frames, h),
+    };
+    if id != 0 {
+        let _ = CACHE.try_with(|c| c[slot].set((h, id)));
+    }
     id as u32
 }
 
@@ -188,16 +193,15 @@ pub fn intern(frames: &[u64]) -> u32 {
 #[cold]
 fn intern_slow(frames: &[u64], h: u64) -> u64 {
     let mut t = TABLE.lock();
-    if let Some(&(id, _)) = t.ids.get(&h) {
-        return id;
+    if let Some(id) = id_table::lookup(h) {
+        return id; // defined by another thread since this one looked
     }
-    if t.next > u32::MAX as u64 {
-        return 0; // an event's stack id is 32 bits
+    let id = t.defined.len() as u64 + 1;
+    if id > u32::MAX as u64 || !id_table::insert(h, id) {
+        return 0; // an event's stack id is 32 bits; or no memory for the ids
     }
-    let id = t.next;
-    t.next += 1;
     let key: Frames = frames.into();
-    t.ids.insert(h, (id, key.clone()));
+    t.defined.push(key.clone());
     t.fresh.push((id, key));
     id
 }
@@ -236,9 +240,7 @@ pub unsafe fn unlock_after_fork() {
 pub unsafe fn child_after_fork() {
     // SAFETY: the lock is held (taken before fork), so this thread has the table.
     let t = &mut *TABLE.data_ptr();
-    let mut all: Vec<(u64, Frames)> = t.ids.values().cloned().collect();
-    all.sort_by_key(|(id, _)| *id);
-    t.fresh = all;
+    t.fresh = (1..).zip(t.defined.iter().cloned()).collect();
     t.fresh_codes = 0;
     TABLE.force_unlock();
 }

@@ -28,9 +28,13 @@ use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-/// How many slots ahead of the one written a push prefetches (see `push`). At 0 that is
-/// the slot just written; 4 and 16 measured the same on the loop (BENCHMARKS.md, seventh).
-const PREFETCH_AHEAD: u64 = 0;
+/// How many slots ahead of the one written a push prefetches (see `push`). At 0 (the slot
+/// just written, until 2026-11-26) the loop ran at twice its cost in some runs, in
+/// phases of several runs in a row: each push's store waited for the writer's core to
+/// give up the slot's line, and the program's next locked instruction (a mutex in the
+/// CUDA library) waited for that store. At 8 and 32 no run did, in the same rounds; 8
+/// was the fastest otherwise (BENCHMARKS.md, tenth).
+const PREFETCH_AHEAD: u64 = 8;
 
 const OWNED: u8 = 0;
 const RETIRED: u8 = 1;

@@ -55,21 +55,23 @@ pub fn shim_anchor() -> u64 {
 }
 
 /// Fills `out` with up to `out.len()` return addresses of the caller's stack, innermost
-/// first, and returns how many were written (those are initialised). With the fast
-/// unwinder it also returns the memo slot whose frames these are when the walk met one at
-/// its first state (`unwind::capture_memo`): the caller may then reuse the stack id it
-/// noted for that memo instead of interning the frames again.
+/// first: `n` of them (those are initialised). With the fast unwinder it also gives the
+/// memo slot whose frames these are when the walk met one at its first state
+/// (`unwind::capture_memo`): the caller may then note the stack id it interns them as for
+/// that memo; and the id noted for them with `with` merged in (`unwind::capture_noted`),
+/// if any: then `out` is not written.
 #[inline(never)]
-pub fn capture_memo(out: &mut [MaybeUninit<u64>]) -> (usize, Option<usize>) {
+pub fn capture_memo(out: &mut [MaybeUninit<u64>], with: Option<u64>) -> unwind::Captured {
     let lo = SHIM_START.load(Ordering::Relaxed);
     let hi = SHIM_END.load(Ordering::Relaxed);
+    let bare = |n| unwind::Captured::new(n, None, None);
     match MODE.load(Ordering::Relaxed) {
-        FAST => match unwind::capture_memo(out, lo, hi) {
-            Some(hit) => hit,
-            None => (capture_slow(out), None),
+        FAST => match unwind::capture_noted(out, lo, hi, with) {
+            Some(c) => c,
+            None => bare(capture_slow(out)),
         },
-        SLOW => (capture_slow(out), None),
-        _ => (check::capture_both(out, lo, hi), None),
+        SLOW => bare(capture_slow(out)),
+        _ => bare(check::capture_both(out, lo, hi)),
     }
 }
 

@@ -126,48 +126,50 @@ fn intern_with_python(native: &[u64], py: &python::Frames) -> u32 {
 /// Captures and interns the calling thread's stack (with its Python frames, if any).
 #[inline(never)]
 fn capture_stack(depth: usize) -> u32 {
+    if python::active() {
+        return with_python(depth);
+    }
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
-    let (n, memo) = stack::capture_memo(&mut frames[..depth]);
-    // SAFETY: `capture_memo` initialised the first `n` entries.
-    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
+    // No Python frames are noted for any memo yet: an id noted here is of native frames
+    // alone, noted with fingerprint 0, which is that of no Python frames once an
+    // interpreter is found (it is never lost again).
+    let c = stack::capture_memo(&mut frames[..depth], Some(0));
     // The same native frames as the last time this memo was met from its start (a loop's
-    // allocations), and the same Python frames as then: the same id, without merging or
-    // hashing them (BENCHMARKS.md, "fourth session" and "2026-11-25, third").
-    if !python::active() {
-        // No Python frames are noted for any memo yet: an id noted here is of native
-        // frames alone, noted with fingerprint 0, which is that of no Python frames once
-        // an interpreter is found (it is never lost again).
-        let Some(slot) = memo else {
-            return intern::intern(frames);
-        };
-        if let Some(id) = unwind::memo_stack_id(slot, n, 0) {
-            return id;
-        }
-        let id = intern::intern(frames);
-        unwind::set_memo_stack_id(slot, n, id, 0);
+    // allocations): the id noted for them then, without copying or hashing the frames
+    // (BENCHMARKS.md, "fourth session", "2026-11-25, third" and "2026-11-26, tenth").
+    if let Some(id) = c.noted() {
         return id;
     }
-    with_python(frames, memo)
+    // SAFETY: `capture_memo` initialised the first `n` entries (all but with a noted id).
+    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, c.n()) };
+    let id = intern::intern(frames);
+    if let Some(slot) = c.hit() {
+        unwind::set_memo_stack_id(slot, c.n(), id, 0);
+    }
+    id
 }
 
-/// `capture_stack` once an interpreter is found: the thread's Python frames read, and the
-/// id noted for the memo (or first-state cache entry) reused only when it was noted with
-/// these Python frames (their fingerprint). Its own function, so the frames' 1 KiB buffer
-/// is not in the native path's stack frame.
+/// `capture_stack` once an interpreter is found: the thread's Python frames read first,
+/// and the id noted for the memo (or first-state cache entry) met reused only when it was
+/// noted with these Python frames (their fingerprint); then the native frames are not
+/// copied either. Its own function, so the Python frames' 1 KiB buffer is not in the
+/// native path's stack frame.
 #[inline(never)]
-fn with_python(frames: &[u64], memo: Option<usize>) -> u32 {
-    let n = frames.len();
+fn with_python(depth: usize) -> u32 {
     let mut py = python::Frames::new();
     python::read(&mut py);
-    let Some(slot) = memo else {
-        return intern_with_python(frames, &py);
-    };
     let with = python::fingerprint::of(&py);
-    if let Some(id) = unwind::memo_stack_id(slot, n, with) {
+    let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
+    let c = stack::capture_memo(&mut frames[..depth], Some(with));
+    if let Some(id) = c.noted() {
         return id;
     }
+    // SAFETY: `capture_memo` initialised the first `n` entries (all but with a noted id).
+    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, c.n()) };
     let id = intern_with_python(frames, &py);
-    unwind::set_memo_stack_id(slot, n, id, with);
+    if let Some(slot) = c.hit() {
+        unwind::set_memo_stack_id(slot, c.n(), id, with);
+    }
     id
 }
 

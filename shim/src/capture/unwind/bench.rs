@@ -1,5 +1,5 @@
 //! Micro-benchmarks of the unwinders (not tests: they print, never assert): the two
-//! unwinders at call depth 20, and the first-state cache met by call paths in turn
+//! unwinders at call depth 20 (the fast one also as a loop's capture with its id noted), and the first-state cache met by call paths in turn
 //! (`cargo test --release -p gpumemprof-shim --lib unwind::bench -- --ignored --nocapture`).
 
 use super::*;
@@ -42,12 +42,24 @@ fn bench() {
         THREAD.with(|t| t.memos.slots.iter().for_each(|m| m.forget()));
         capture(o, 0, 0).unwrap_or(0)
     };
+    // A loop's capture once its id is noted: the id, no frame copied (`capture_noted`).
+    let noted = |o: &mut [MaybeUninit<u64>]| match capture_noted(o, 0, 0, Some(0)) {
+        Some(c) => {
+            if let (Some(h), None) = (c.hit(), c.noted()) {
+                set_memo_stack_id(h, c.n(), 1, 0);
+            }
+            c.n()
+        }
+        None => 0,
+    };
     let (f, nf) = best_ns(20, 20_000, fast);
+    let (d, nd) = best_ns(20, 20_000, noted);
     let (w, nw) = best_ns(20, 20_000, walked);
     let (s, ns) = best_ns(5, 2_000, crate::capture::stack::capture_slow);
     println!(
-        "unwind, depth 20: fast {f:.1} ns/stack ({nf} frames), fast without its memo \
-         {w:.1} ns/stack ({nw} frames), libgcc {s:.1} ns/stack ({ns} frames)"
+        "unwind, depth 20: fast {f:.1} ns/stack ({nf} frames), with its id noted {d:.1} \
+         ns/stack ({nd} frames), fast without its memo {w:.1} ns/stack ({nw} frames), \
+         libgcc {s:.1} ns/stack ({ns} frames)"
     );
 }
 

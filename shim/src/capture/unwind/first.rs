@@ -98,7 +98,9 @@ pub struct Start {
 
 impl Cache {
     /// The frames of the walk from `s`, if an entry of its set is that walk's and every
-    /// word it read still holds its value: copied to `out`; their count and the entry.
+    /// word it read still holds its value: copied to `out` (not if the entry has a stack
+    /// id noted for them with `with` merged: the caller takes it); their count and the
+    /// entry.
     ///
     /// # Safety
     /// The cache is this thread's, and `s.sp..top` its readable stack.
@@ -107,6 +109,7 @@ impl Cache {
         &mut self,
         s: Start,
         out: &mut [MaybeUninit<u64>],
+        with: Option<u64>,
     ) -> Option<(usize, usize)> {
         self.clock += 1;
         let now = self.clock;
@@ -122,7 +125,7 @@ impl Cache {
         let first = ways.start;
         for (i, e) in self.entries[ways].iter_mut().enumerate() {
             // SAFETY: as this function's.
-            if let Some(n) = unsafe { e.meets(s, out) } {
+            if let Some(n) = unsafe { e.meets(s, out, with) } {
                 e.used = now;
                 self.hits += 1;
                 return Some((n, first + i));
@@ -202,7 +205,12 @@ impl Entry {
     /// # Safety
     /// As `Cache::lookup`'s.
     #[inline(always)]
-    unsafe fn meets(&self, s: Start, out: &mut [MaybeUninit<u64>]) -> Option<usize> {
+    unsafe fn meets(
+        &self,
+        s: Start,
+        out: &mut [MaybeUninit<u64>],
+        with: Option<u64>,
+    ) -> Option<usize> {
         if self.epoch != s.epoch
             || self.sp != s.sp
             || self.ip != s.ip
@@ -228,6 +236,9 @@ impl Entry {
             return None;
         }
         let n = self.n as usize;
+        if with.is_some_and(|w| self.stack.id(n, w).is_some()) {
+            return Some(n);
+        }
         for (o, f) in out[..n].iter_mut().zip(&self.frames[..n]) {
             *o = MaybeUninit::new(*f);
         }

@@ -57,8 +57,6 @@ pub struct Memo {
     in_program: [Cell<bool>; STATES],
     /// Where the words read after state i start in `words`.
     first_word: [Cell<u16>; STATES],
-    /// The lowest address among the words read after state i.
-    lowest: [Cell<u64>; STATES],
     n_words: Cell<usize>,
     /// (address, value) of every stack word the walk read, in order.
     words: [Cell<(u64, u64)>; WORDS],
@@ -135,7 +133,6 @@ impl Memo {
             bp_needed: [const { Cell::new(false) }; STATES],
             in_program: [const { Cell::new(false) }; STATES],
             first_word: [const { Cell::new(0) }; STATES],
-            lowest: [const { Cell::new(0) }; STATES],
             n_words: Cell::new(0),
             words: [const { Cell::new((0, 0)) }; WORDS],
             stack: Cell::new(Noted::NONE),
@@ -182,20 +179,30 @@ impl Memo {
     }
 
     /// If the walk is at remembered state `k` and every word read after it is
-    /// unchanged, copies the frames recorded after `k` to `out[m..]`.
+    /// unchanged, copies the frames recorded after `k` to `out[m..]`; not if the walk met
+    /// the memo at its first state with an id noted for those frames with `id_with`
+    /// merged (`stack_id`): the caller takes that id instead.
+    ///
+    /// A word may lie below this walk's stack pointer (a walk from deeper down read it):
+    /// it is read all the same. It lies in this thread's stack, which an earlier read
+    /// found mapped, and a stack's mapping never shrinks (the main thread's grows down,
+    /// a thread's is mapped whole for its life). If it holds its old value, the rest of
+    /// the walk is the old one's, as libgcc would find it (it follows the same rules
+    /// without bounds); until 2026-11-26 such a memo was not used, at the cost of the
+    /// lowest address after each state kept and compared (BENCHMARKS.md, tenth).
     ///
     /// # Safety
-    /// `lo..top` is this thread's readable stack, the words were read (so lie below
-    /// `top`) by a walk of this thread, and `k` is below `len`.
+    /// The words were read by a walk of this thread, on its own stack, and `k` is
+    /// below `len`.
     #[inline(always)]
     pub unsafe fn resume(
         &self,
         k: usize,
         s: State,
-        lo: u64,
         out: &mut [MaybeUninit<u64>],
         m: usize,
         now: u64,
+        id_with: Option<u64>,
     ) -> Resume {
         if self.ra[k].get() != s.ra
             || self.in_program[k].get() != s.in_program
@@ -210,9 +217,6 @@ impl Memo {
         if self.full.get() && rest < room {
             // The last walk stopped early: the frames this one has room for are unknown.
             return Resume::Differs;
-        }
-        if self.lowest[k].get() < lo {
-            return Resume::Stale(n);
         }
         // Four words at a time without a branch (independent loads the CPU overlaps),
         // then a stop at the first group with a change: the innermost words are the
@@ -238,8 +242,11 @@ impl Memo {
             done += 1;
         }
         let take = rest.min(room);
-        for (o, r) in out[m..m + take].iter_mut().zip(&self.ra[from..from + take]) {
-            *o = MaybeUninit::new(r.get());
+        let noted = id_with.is_some_and(|w| k == 0 && m == 0 && self.stack_id(take, w).is_some());
+        if !noted {
+            for (o, r) in out[m..m + take].iter_mut().zip(&self.ra[from..from + take]) {
+                *o = MaybeUninit::new(r.get());
+            }
         }
         // Only a walk met at the memo's first state counts as a use: one met further in
         // (a different call path joining it at a common caller) must not keep the memo
@@ -280,29 +287,18 @@ impl Memo {
             // SAFETY: the record initialised its first `n` states and `words` words.
             self.words[i].set(unsafe { rec.words_[i].assume_init() });
         }
-        // Walking back, the lowest address read after each state.
-        let mut lowest = u64::MAX;
-        let mut w = rec.words;
         let mut first_emitted = n;
         for i in (0..n).rev() {
-            // SAFETY: as above.
-            let first = unsafe { rec.first_word[i].assume_init() };
-            while w > first as usize {
-                w -= 1;
-                // SAFETY: as above.
-                lowest = lowest.min(unsafe { rec.words_[w].assume_init() }.0);
-            }
             // SAFETY: as above.
             let in_program = unsafe {
                 self.sp[i].set(rec.sp[i].assume_init());
                 self.bp[i].set(rec.bp[i].assume_init());
                 self.ra[i].set(rec.ra[i].assume_init());
                 self.bp_needed[i].set(rec.bp_needed[i].assume_init());
+                self.first_word[i].set(rec.first_word[i].assume_init());
                 rec.in_program[i].assume_init()
             };
             self.in_program[i].set(in_program);
-            self.first_word[i].set(first);
-            self.lowest[i].set(lowest);
             if i > 0 && in_program {
                 first_emitted = i;
             }

@@ -174,13 +174,72 @@ pub fn is_first_state_entry(slot: usize) -> bool {
 
 /// `capture`, and the memo slot the walk met at its first state, if it did: then the
 /// frames are that memo's first frames, the same as the last time it was met so with
-/// this many frames (until it is stored anew), and `memo_stack_id` may know their id.
-#[inline(never)]
+/// this many frames (until it is stored anew), and `capture_noted` may know their id.
+#[inline(always)]
 pub fn capture_memo(
     out: &mut [MaybeUninit<u64>],
     skip_lo: u64,
     skip_hi: u64,
 ) -> Option<(usize, Option<usize>)> {
+    capture_noted(out, skip_lo, skip_hi, None).map(|c| (c.n(), c.hit()))
+}
+
+/// What `capture_noted` found, in 12 bytes, so that it comes back in two registers: a
+/// larger struct came back through memory, written a field at a time and read back in
+/// 16-byte loads, each of which stalled on the narrower stores under it (BENCHMARKS.md,
+/// tenth).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Captured {
+    n: u32,
+    /// `u32::MAX`: none.
+    hit: u32,
+    /// 0: none (a noted id is never 0).
+    noted: u32,
+}
+
+impl Captured {
+    pub fn new(n: usize, hit: Option<usize>, noted: Option<u32>) -> Captured {
+        Captured {
+            n: n as u32,
+            hit: hit.map_or(u32::MAX, |h| h as u32),
+            noted: noted.unwrap_or(0),
+        }
+    }
+
+    /// Frames (in `out[..n]`, unless `noted`).
+    #[inline(always)]
+    pub fn n(self) -> usize {
+        self.n as usize
+    }
+
+    /// The memo slot met at the walk's first state (`capture_memo`'s).
+    #[inline(always)]
+    pub fn hit(self) -> Option<usize> {
+        (self.hit != u32::MAX).then_some(self.hit as usize)
+    }
+
+    /// The stack id noted for these frames with what was asked for merged in
+    /// (`set_memo_stack_id(hit, n, id, with)` before), if there is one: then the frames
+    /// were not copied to `out`.
+    #[inline(always)]
+    pub fn noted(self) -> Option<u32> {
+        (self.noted != 0).then_some(self.noted)
+    }
+}
+
+/// `capture_memo`; with `with`, also the id noted for the memo (or first-state cache
+/// entry) met at the first state with `with` merged (`set_memo_stack_id`), found in the same
+/// look at the thread's state, and then its frames are not copied (a loop's allocations
+/// need only the id).
+/// (One body for both: the walk inlined into two callers was left in a shared, outlined
+/// `try_with`, a third slower on the real step; BENCHMARKS.md, tenth.)
+#[inline(never)]
+pub fn capture_noted(
+    out: &mut [MaybeUninit<u64>],
+    skip_lo: u64,
+    skip_hi: u64,
+    with: Option<u64>,
+) -> Option<Captured> {
     if !READY.load(Ordering::Relaxed) {
         return None;
     }
@@ -221,8 +280,16 @@ pub fn capture_memo(
                 cache = None;
             }
             let mut hit = None;
-            let n = walk(out, start, top, &t.memos, &mut hit, from, cache)?;
-            Some((n, hit))
+            let n = walk(out, start, top, &t.memos, &mut hit, from, cache, with)?;
+            let id = match (hit, with) {
+                (Some(slot), Some(w)) => match slot.checked_sub(memo::SLOTS) {
+                    None => t.memos.slots[slot].stack_id(n, w),
+                    // SAFETY: this thread's own cache, as above.
+                    Some(i) => unsafe { t.first_cache_now().as_ref() }?.stack_id(i, n, w),
+                },
+                _ => None,
+            };
+            Some(Captured::new(n, hit, id))
         })
         .ok()
         .flatten();
@@ -240,22 +307,10 @@ struct Regs {
     bp: u64,
 }
 
-/// The stack id noted for memo `slot` of this thread with `frames` frames and `with`
-/// merged into them (`capture_memo`; `with` names what the caller merged, 0 for nothing),
-/// if any. Slots from `memo::SLOTS` on are entries of the first-state cache.
-pub fn memo_stack_id(slot: usize, frames: usize, with: u64) -> Option<u32> {
-    THREAD
-        .try_with(|t| match slot.checked_sub(memo::SLOTS) {
-            None => t.memos.slots.get(slot)?.stack_id(frames, with),
-            // SAFETY: this thread's own cache (see `Thread::first_cache`).
-            Some(i) => unsafe { t.first_cache_now().as_ref() }?.stack_id(i, frames, with),
-        })
-        .ok()
-        .flatten()
-}
-
 /// Notes that the frames `capture_memo` returned with memo `slot`, with `with` merged
-/// into them, were interned as `id`.
+/// into them (it names what the caller merged: 0 for nothing), were interned as `id`; a
+/// later `capture_noted` that meets the memo at its first state, asking for `with`, gets
+/// the id. Slots from `memo::SLOTS` on are entries of the first-state cache.
 pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32, with: u64) {
     let _ = THREAD.try_with(|t| match slot.checked_sub(memo::SLOTS) {
         None => {
@@ -264,7 +319,7 @@ pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32, with: u64) {
             }
         }
         Some(i) => {
-            // SAFETY: as in `memo_stack_id`.
+            // SAFETY: this thread's own cache (see `Thread::first_cache`).
             if let Some(c) = unsafe { t.first_cache_now().as_mut() } {
                 c.set_stack_id(i, frames, id, with);
             }
@@ -276,7 +331,10 @@ pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32, with: u64) {
 /// stack. States are compared with (and remembered in) `memos`, then, where no memo starts
 /// as this walk does, looked up in the first-state cache `keep` (and the walk stored there).
 /// `hit` is set to the memo slot met at its first state by the walk's first state (the
-/// whole output copied from it), or to `memo::SLOTS` + the cache entry it came from.
+/// whole output copied from it), or to `memo::SLOTS` + the cache entry it came from. With
+/// `with`, a memo or entry met at the first state with a stack id noted for its frames
+/// with `with` merged does not copy them (the caller takes the id).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn walk(
     out: &mut [MaybeUninit<u64>],
@@ -286,6 +344,7 @@ fn walk(
     hit: &mut Option<usize>,
     from: first::Start,
     mut keep: Option<&mut first::Cache>,
+    with: Option<u64>,
 ) -> Option<usize> {
     let (skip_lo, skip_hi) = from.skip;
     let Regs { ip, mut sp, mut bp } = start;
@@ -335,8 +394,9 @@ fn walk(
                 k[j] += 1;
             }
             if k[j] < len[j] && m.sp(k[j]) == sp {
-                // SAFETY: `lo..top` is this thread's stack; the memo is this thread's.
-                match unsafe { m.resume(k[j], s, lo, out, n, now) } {
+                // SAFETY: the memo is this thread's, its words read by its walks on its stack.
+                let id_with = with.filter(|_| rec.states() == 0);
+                match unsafe { m.resume(k[j], s, out, n, now, id_with) } {
                     memo::Resume::Done(total) => {
                         if rec.states() == 0 && k[j] == 0 {
                             *hit = Some(j);
@@ -370,7 +430,7 @@ fn walk(
             // the stack id noted for it): the first-state cache may hold this call path.
             if let Some(c) = keep.as_deref_mut() {
                 // SAFETY: this thread's cache; `lo..top` is its stack.
-                if let Some((total, entry)) = unsafe { c.lookup(from, out) } {
+                if let Some((total, entry)) = unsafe { c.lookup(from, out, with) } {
                     *hit = Some(memo::SLOTS + entry);
                     return Some(total);
                 }

@@ -123,6 +123,7 @@ fn a_garbage_register_state_is_refused_not_followed() {
             &mut None,
             from,
             None,
+            None,
         )
     };
     // An address in no object, a stack pointer above the top, and one whose caller's
@@ -140,8 +141,13 @@ fn the_per_thread_state_stays_small() {
     assert!(size <= 14 * 1024, "{size} bytes");
 }
 
+/// Held by the tests that move the rule epoch and by those whose memos must outlive a
+/// few captures (a new epoch makes every memo stale).
+static EPOCH_STEADY: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 #[test]
 fn an_unload_retires_every_cached_rule() {
+    let _moving = EPOCH_STEADY.lock();
     let e = EPOCH.load(Ordering::Relaxed);
     note_loader_generation((1, 1));
     note_loader_generation((1, 2));
@@ -193,6 +199,7 @@ fn from_one_caller(which: u32) -> bool {
 #[test]
 fn two_paths_that_share_a_caller_keep_a_memo_each() {
     assert!(init());
+    let _steady = EPOCH_STEADY.lock();
     // On a thread of its own: fresh memos. A third path first takes a slot; then the
     // two take turns. Each joins the third one's memo at their common caller once, and
     // must then be met at its first state every time: a joined walk replaces the memo
@@ -208,4 +215,57 @@ fn two_paths_that_share_a_caller_keep_a_memo_each() {
     .join()
     .unwrap();
     assert_eq!(hits[5..], [true; 16], "{hits:?}");
+}
+
+/// One `capture_noted` from one call site, into a buffer filled with a marker first.
+#[inline(never)]
+fn noted_from_here(with: Option<u64>) -> (Captured, [u64; 64]) {
+    let mut out = [MaybeUninit::new(0xDEAD_u64); 64];
+    let c = retried(|| capture_noted(&mut out, 0, 0, with));
+    // SAFETY: every entry was initialised with the marker, then maybe overwritten.
+    let frames = out.map(|f| unsafe { f.assume_init() });
+    std::hint::black_box((c, frames))
+}
+
+#[test]
+fn a_loops_capture_with_a_noted_id_gives_the_id_and_copies_no_frame() {
+    assert!(init());
+    let _steady = EPOCH_STEADY.lock();
+    // A thread of its own: fresh memos. One call site, seven rounds: an id is noted with
+    // nothing merged after the second, none asked for in the fifth, and then an id noted
+    // with something merged (a Python fingerprint, 5), asked for with 0 and with 5.
+    let seen = std::thread::spawn(|| {
+        let rounds = std::hint::black_box(7);
+        let mut seen = Vec::new();
+        for i in 0..rounds {
+            let with = [Some(0), Some(0), Some(0), Some(0), None, Some(0), Some(5)][i];
+            let (c, frames) = noted_from_here(with);
+            let copied = frames[..c.n()].iter().all(|&f| f != 0xDEAD) && c.n() > 3;
+            seen.push((c.hit().is_some(), c.noted(), copied));
+            match (i, c.hit()) {
+                // The hook interns the frames the second capture met, and notes the id.
+                (1, Some(h)) => set_memo_stack_id(h, c.n(), 77, 0),
+                (4, Some(h)) => set_memo_stack_id(h, c.n(), 78, 5),
+                _ => {}
+            }
+        }
+        seen
+    })
+    .join()
+    .unwrap();
+    // The first walks itself; the second meets its memo (no id yet: frames copied); then
+    // the id, with the buffer left as it was; not asked for, the frames; asked for with
+    // 0 once the id is noted with 5, the frames; with 5, that id.
+    assert_eq!(
+        seen,
+        [
+            (false, None, true),
+            (true, None, true),
+            (true, Some(77), false),
+            (true, Some(77), false),
+            (true, None, true),
+            (true, None, true),
+            (true, Some(78), false),
+        ]
+    );
 }
