@@ -184,38 +184,37 @@ pub fn capture_memo(
     capture_noted(out, skip_lo, skip_hi, None).map(|c| (c.n(), c.hit()))
 }
 
-/// What `capture_noted` found, in 12 bytes, so that it comes back in two registers: a
-/// larger struct came back through memory, written a field at a time and read back in
-/// 16-byte loads, each of which stalled on the narrower stores under it (BENCHMARKS.md,
-/// tenth).
+/// What `capture_noted` found, in one word, so that it comes back in registers: a larger
+/// struct came back through memory, written a field at a time and read back in wider
+/// loads, each of which stalled on the narrower stores under it (BENCHMARKS.md, tenth).
+/// Bits 0-15: frames; 16-31: the memo slot met (`0xFFFF`: none); 32-63: the noted id
+/// (0: none; a noted id is never 0).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Captured {
-    n: u32,
-    /// `u32::MAX`: none.
-    hit: u32,
-    /// 0: none (a noted id is never 0).
-    noted: u32,
-}
+pub struct Captured(u64);
+
+const NO_HIT: u64 = 0xFFFF;
 
 impl Captured {
+    /// `n` is at most the capture buffer's length, `hit` below `memo::SLOTS` + the
+    /// first-state cache's entries: both well within 16 bits.
+    #[inline(always)]
     pub fn new(n: usize, hit: Option<usize>, noted: Option<u32>) -> Captured {
-        Captured {
-            n: n as u32,
-            hit: hit.map_or(u32::MAX, |h| h as u32),
-            noted: noted.unwrap_or(0),
-        }
+        let n = (n as u64).min(0xFFFF);
+        let hit = hit.map_or(NO_HIT, |h| (h as u64).min(NO_HIT));
+        Captured(n | hit << 16 | u64::from(noted.unwrap_or(0)) << 32)
     }
 
     /// Frames (in `out[..n]`, unless `noted`).
     #[inline(always)]
     pub fn n(self) -> usize {
-        self.n as usize
+        (self.0 & 0xFFFF) as usize
     }
 
     /// The memo slot met at the walk's first state (`capture_memo`'s).
     #[inline(always)]
     pub fn hit(self) -> Option<usize> {
-        (self.hit != u32::MAX).then_some(self.hit as usize)
+        let h = self.0 >> 16 & 0xFFFF;
+        (h != NO_HIT).then_some(h as usize)
     }
 
     /// The stack id noted for these frames with what was asked for merged in
@@ -223,7 +222,8 @@ impl Captured {
     /// were not copied to `out`.
     #[inline(always)]
     pub fn noted(self) -> Option<u32> {
-        (self.noted != 0).then_some(self.noted)
+        let id = (self.0 >> 32) as u32;
+        (id != 0).then_some(id)
     }
 }
 

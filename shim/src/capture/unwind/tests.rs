@@ -269,3 +269,19 @@ fn a_loops_capture_with_a_noted_id_gives_the_id_and_copies_no_frame() {
         ]
     );
 }
+
+#[test]
+fn a_capture_packs_its_frames_slot_and_id_into_one_word() {
+    let c = Captured::new(
+        crate::sys::config::MAX_STACK_DEPTH,
+        Some(memo::SLOTS + 255),
+        Some(u32::MAX),
+    );
+    assert_eq!(
+        (c.n(), c.hit(), c.noted()),
+        (128, Some(257), Some(u32::MAX))
+    );
+    let c = Captured::new(0, None, None);
+    assert_eq!((c.n(), c.hit(), c.noted()), (0, None, None));
+    assert_eq!(std::mem::size_of::<Option<Captured>>(), 16);
+}
