@@ -19,6 +19,10 @@
 //! stay mapped (a reader may still be reading one): at most the size of the last, since
 //! sizes double. A reader that misses in an old table takes the locked path, which looks
 //! in the published one. Keys are never 0 (`intern::hash` sets the low bit).
+//!
+//! The shim inserts only under intern's table lock, which `fork` takes first
+//! (`intern::lock_for_fork`): a child never inherits `INSERT` held, nor a table half
+//! grown.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
