@@ -230,9 +230,8 @@ impl Captured {
 /// `capture_memo`; with `with`, also the id noted for the memo (or first-state cache
 /// entry) met at the first state with `with` merged (`set_memo_stack_id`), found in the same
 /// look at the thread's state, and then its frames are not copied (a loop's allocations
-/// need only the id).
-/// (One body for both: the walk inlined into two callers was left in a shared, outlined
-/// `try_with`, a third slower on the real step; BENCHMARKS.md, tenth.)
+/// need only the id). `capture_memo` calls it: the walk inlined into both was left in
+/// one shared, outlined `try_with`, a third slower on the real step (BENCHMARKS.md, tenth).
 #[inline(never)]
 pub fn capture_noted(
     out: &mut [MaybeUninit<u64>],
@@ -285,7 +284,9 @@ pub fn capture_noted(
                 (Some(slot), Some(w)) => match slot.checked_sub(memo::SLOTS) {
                     None => t.memos.slots[slot].stack_id(n, w),
                     // SAFETY: this thread's own cache, as above.
-                    Some(i) => unsafe { t.first_cache_now().as_ref() }?.stack_id(i, n, w),
+                    Some(i) => {
+                        unsafe { t.first_cache_now().as_ref() }.and_then(|c| c.stack_id(i, n, w))
+                    }
                 },
                 _ => None,
             };
@@ -394,8 +395,8 @@ fn walk(
                 k[j] += 1;
             }
             if k[j] < len[j] && m.sp(k[j]) == sp {
-                // SAFETY: the memo is this thread's, its words read by its walks on its stack.
                 let id_with = with.filter(|_| rec.states() == 0);
+                // SAFETY: the memo is this thread's, its words read by its walks on its stack.
                 match unsafe { m.resume(k[j], s, out, n, now, id_with) } {
                     memo::Resume::Done(total) => {
                         if rec.states() == 0 && k[j] == 0 {
