@@ -206,7 +206,7 @@ impl Ring {
                 f(e);
             }
             at += 1;
-            if at % RELEASE_EVERY == 0 {
+            if at.is_multiple_of(RELEASE_EVERY) {
                 // `f` copied every event before `at` out of its slot.
                 self.consumer.tail.store(at, Ordering::Release);
             }
