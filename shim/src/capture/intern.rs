@@ -275,6 +275,55 @@ mod tests {
     }
 
     #[test]
+    fn threads_interning_at_once_while_the_ids_table_grows_agree_on_every_id() {
+        let _one_at_a_time = TAKING.lock();
+        // 3,000 stacks of this test's own (frames no other test uses), met by 6 threads in
+        // different orders at once: the table grows from its first size under them.
+        let stack = |i: u64| {
+            [
+                0x7E57_0000_0000 + i,
+                0x7E57_1000_0000 + i * 7,
+                0x7E57_2000_0000,
+            ]
+        };
+        let n = 3_000u64;
+        let ids: Vec<Vec<u32>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..6u64)
+                .map(|t| {
+                    s.spawn(move || {
+                        let mut got = vec![0u32; n as usize];
+                        for k in 0..n {
+                            // A permutation of 0..n of its own (each step coprime with n).
+                            let i = (k * [1, 7, 11, 13, 17, 19][t as usize] + t * 101) % n;
+                            got[i as usize] = intern(&stack(i));
+                        }
+                        got
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        for t in 1..ids.len() {
+            assert_eq!(ids[t], ids[0], "thread {t}");
+        }
+        let distinct: std::collections::HashSet<u32> = ids[0].iter().copied().collect();
+        assert_eq!(distinct.len(), n as usize);
+        assert!(!distinct.contains(&0));
+        // Each defined once, with its own frames.
+        let mut fresh = Vec::new();
+        take_fresh(&mut fresh, &mut Vec::new());
+        let mine: Vec<_> = fresh
+            .iter()
+            .filter(|(id, _)| distinct.contains(&(*id as u32)))
+            .collect();
+        assert_eq!(mine.len(), n as usize);
+        for (id, frames) in mine {
+            let i = ids[0].iter().position(|x| *x as u64 == *id).unwrap() as u64;
+            assert_eq!(&frames[..], &stack(i)[..]);
+        }
+    }
+
+    #[test]
     fn a_code_is_defined_once_and_taken_once() {
         let _one_at_a_time = TAKING.lock();
         let key = [0x1000, 0x2000, 0x3000, 7];
