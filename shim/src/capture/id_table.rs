@@ -9,10 +9,10 @@
 //! ```
 //!
 //! Why not a `HashMap` under the lock: with 200,000 stacks met in turn (a program's call
-//! paths, `varied_sites`), a lookup's control bytes and bucket were two misses in memory
-//! and a page walk each (37% of the profile with hashbrown's table), and every lookup took
-//! the lock. Here a lookup reads one slot (rarely the next), the table's pages are huge
-//! pages where the kernel allows them (`madvise`), and only a new stack locks.
+//! paths, `varied_sites`), a lookup read the map's control bytes and then its bucket, 28%
+//! of the profile, 80% of it waiting on the bucket (BENCHMARKS.md, tenth), and every
+//! lookup took the lock. Here a lookup reads one slot (rarely the next), the table's pages
+//! are huge pages where the kernel allows them (`madvise`), and only a new stack locks.
 //!
 //! A slot is written id first, key last (release); a reader that sees the key sees its id.
 //! A grown table is filled completely before it is published, and the tables it replaced

@@ -38,7 +38,7 @@ const PREFETCH_AHEAD: u64 = 8;
 
 /// A drain hands the slots it has copied out back to the producer every this many events,
 /// not only at its end: a thread waiting on a full ring goes on once this many are free,
-/// instead of after the whole ring (16,384 events, about 0.4 ms of the writer's work). On
+/// instead of after the whole ring (16,384 events by default). On
 /// the allocation loop, which waits 4 to 22 times a million pairs, the waits' count and
 /// the loop's time did not move beyond the noise (BENCHMARKS.md, tenth); a wait is shorter.
 const RELEASE_EVERY: u64 = 1024;

@@ -97,7 +97,7 @@ impl Pipeline {
                     grown = 0;
                 }
             }
-            let popped: (usize, bool) = {
+            let (popped, more) = {
                 let mut core = self.core.lock();
                 for m in samples.drain(..) {
                     core.stage(Pending::Sample(m));
@@ -133,7 +133,7 @@ impl Pipeline {
                 }
                 (n, more)
             };
-            if popped.0 >= self.wake_threshold || popped.1 {
+            if popped >= self.wake_threshold || more {
                 // Producers are busy, or a block was written with more to emit: drain the
                 // rings before going on.
                 continue;

@@ -196,24 +196,28 @@ fn from_one_caller(which: u32) -> bool {
     std::hint::black_box(r)
 }
 
-#[test]
-fn two_paths_that_share_a_caller_keep_a_memo_each() {
+/// `f` on a thread of its own (fresh memos), the rule epoch held still meanwhile (a new
+/// epoch makes every memo stale).
+fn on_a_fresh_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     assert!(init());
     let _steady = EPOCH_STEADY.lock();
-    // On a thread of its own: fresh memos. A third path first takes a slot; then the
-    // two take turns. Each joins the third one's memo at their common caller once, and
-    // must then be met at its first state every time: a joined walk replaces the memo
-    // least recently met at its first state, not the other path's.
-    let hits = std::thread::spawn(|| {
+    std::thread::spawn(f).join().unwrap()
+}
+
+#[test]
+fn two_paths_that_share_a_caller_keep_a_memo_each() {
+    // A third path first takes a slot; then the two take turns. Each joins the third
+    // one's memo at their common caller once, and must then be met at its first state
+    // every time: a joined walk replaces the memo least recently met at its first state,
+    // not the other path's.
+    let hits = on_a_fresh_thread(|| {
         // A count the compiler cannot see: a loop of a known count is unrolled in a
         // release build, and each unrolled call is a call path of its own.
         let rounds = std::hint::black_box(21);
         let order = (0..rounds).map(|i| if i == 0 { 2 } else { i % 2 });
         // One call site for all: the walks meet at its frame.
         order.map(from_one_caller).collect::<Vec<bool>>()
-    })
-    .join()
-    .unwrap();
+    });
     assert_eq!(hits[5..], [true; 16], "{hits:?}");
 }
 
@@ -229,12 +233,10 @@ fn noted_from_here(with: Option<u64>) -> (Captured, [u64; 64]) {
 
 #[test]
 fn a_loops_capture_with_a_noted_id_gives_the_id_and_copies_no_frame() {
-    assert!(init());
-    let _steady = EPOCH_STEADY.lock();
-    // A thread of its own: fresh memos. One call site, seven rounds: an id is noted with
-    // nothing merged after the second, none asked for in the fifth, and then an id noted
-    // with something merged (a Python fingerprint, 5), asked for with 0 and with 5.
-    let seen = std::thread::spawn(|| {
+    // One call site, seven rounds: an id is noted with nothing merged after the second,
+    // none asked for in the fifth, and then an id noted with something merged (a Python
+    // fingerprint, 5), asked for with 0 and with 5.
+    let seen = on_a_fresh_thread(|| {
         let rounds = std::hint::black_box(7);
         let mut seen = Vec::new();
         for i in 0..rounds {
@@ -250,9 +252,7 @@ fn a_loops_capture_with_a_noted_id_gives_the_id_and_copies_no_frame() {
             }
         }
         seen
-    })
-    .join()
-    .unwrap();
+    });
     // The first walks itself; the second meets its memo (no id yet: frames copied); then
     // the id, with the buffer left as it was; not asked for, the frames; asked for with
     // 0 once the id is noted with 5, the frames; with 5, that id.
