@@ -6,6 +6,11 @@
 
 use std::path::Path;
 
+// Only `assert_valid` is used here.
+#[allow(dead_code)]
+#[path = "../analyzer/tests/checks/schema.rs"]
+mod schema;
+
 use gpumemprof_tests::profiled::{analyzer, report, scratch, succeeded};
 use gpumemprof_tests::torch_job::{snapshot_json, stat, trace_seconds, Job};
 use serde_json::Value;
@@ -237,6 +242,65 @@ fn leaks_at_a_normal_exit_are_what_the_program_kept_until_its_end() {
             && text.contains("freed only at exit; kind: activations (stack "),
         "{text}"
     );
+
+    // `analyze` reads the same tensors: the kept activations are a site still growing, one
+    // per step, though teardown freed them; the parameters, freed only at exit, a note;
+    // the segments PyTorch keeps cached at exit no cleanup problem.
+    let analyzed = report("analyze", &trace, &[]);
+    schema::assert_valid("analyze", &analyzed);
+    assert_eq!(analyzed["level"], "tensors");
+    let end = job.event("end");
+    let ours = &analyzed["summary"]["allocators"][0];
+    assert_eq!(
+        ours["allocated_peak_bytes"].as_u64(),
+        Some(stat(end, "allocated_bytes.all.peak"))
+    );
+    assert_eq!(
+        ours["reserved_peak_bytes"].as_u64(),
+        Some(stat(end, "reserved_bytes.all.peak"))
+    );
+    let findings = analyzed["findings"].as_array().expect("findings");
+    let named =
+        |h: &str| -> Vec<&Value> { findings.iter().filter(|f| f["heuristic"] == h).collect() };
+    let growing = named("site_still_growing");
+    assert_eq!(growing.len(), 1, "{findings:#?}");
+    let g = growing[0];
+    assert_eq!(
+        (g["kind"].as_str(), g["bytes"].as_u64(), g["count"].as_u64()),
+        (Some("tensor"), Some(4 * 32768), Some(4))
+    );
+    assert_eq!(g["evidence"]["cycles"], 4);
+    assert_eq!(frames(g)[..3], frames(&groups[0])[..3]);
+    assert!(
+        g["message"].as_str().is_some_and(|m| m.ends_with(
+            "was still held when the program's code finished (4 tensors, 4 of them freed only \
+             by the interpreter's teardown)"
+        )),
+        "{g:#}"
+    );
+    assert!(named("insufficient_cleanup").is_empty(), "{findings:#?}");
+    let shutdown = named("freed_only_at_shutdown");
+    assert_eq!(shutdown.len(), 1, "{findings:#?}");
+    let weights = [IN * HIDDEN, HIDDEN * HIDDEN, HIDDEN * OUT].map(block);
+    let biases = [HIDDEN, HIDDEN, OUT].map(block);
+    assert_eq!(
+        (shutdown[0]["bytes"].as_u64(), shutdown[0]["count"].as_u64()),
+        (Some(weights.iter().chain(&biases).sum()), Some(6))
+    );
+    // With `--level segments`, the segments: PyTorch's cache, never freed, is what the
+    // process still held when it exited.
+    let segments = report("analyze", &trace, &["--level", "segments"]);
+    schema::assert_valid("analyze", &segments);
+    assert_eq!(segments["level"], "segments");
+    let cleanup: Vec<&Value> = (segments["findings"].as_array().expect("findings"))
+        .iter()
+        .filter(|f| f["heuristic"] == "insufficient_cleanup")
+        .collect();
+    assert_eq!(cleanup.len(), 1);
+    assert_eq!(
+        cleanup[0]["bytes"].as_u64(),
+        Some(stat(end, "reserved_bytes.all.current"))
+    );
 }
 
 /// At the peak, every stack reads as a PyTorch user reads it: no allocator, dispatcher or
@@ -299,6 +363,42 @@ fn stacks_at_the_peak_read_in_pytorchs_terms() {
         ]),
         "{all:#?}"
     );
+    // The biases' gradients, summed over the batch by autograd's engine after their node
+    // returned (`validate_outputs`: no node on the stack): by the peak, layer 3's and layer
+    // 2's (128 and 512 floats).
+    let reduced = sites
+        .iter()
+        .find(|s| frames(s) == ["aten::sum_dim_IntList", "gradient matched to its input"])
+        .unwrap_or_else(|| panic!("no site of the engine's reduction in {all:#?}"));
+    assert_eq!(reduced["site"]["role"], "autograd_step");
+    assert_eq!(
+        (reduced["bytes"].as_u64(), reduced["count"].as_u64()),
+        (Some(block(OUT) + block(HIDDEN)), Some(2))
+    );
+    // With every frame shown, no site is a thread's entry point (`libstdc++.so.6+0x...`):
+    // the backward thread's tensors are at their node, or the engine's step, by name.
+    let native = report("peak", &trace, &["--top", "0", "--native"]);
+    let site_functions: Vec<&str> = (native["peaks"][0]["sites"].as_array().expect("sites"))
+        .iter()
+        .map(|s| s["site"]["function"].as_str().unwrap_or("(none)"))
+        .collect();
+    for want in [
+        "torch::autograd::generated::AddmmBackward0::apply",
+        "torch::autograd::InputMetadata::reduce_grad",
+        "at::cuda::allocateCUDABlasWorkspace",
+    ] {
+        assert!(
+            site_functions.contains(&want),
+            "{want} in {site_functions:#?}"
+        );
+    }
+    for s in native["peaks"][0]["sites"].as_array().expect("sites") {
+        let module = s["site"]["module"].as_str().unwrap_or("");
+        assert!(
+            !module.contains("libstdc++") && !module.contains("libc.so"),
+            "{s:#}"
+        );
+    }
 }
 
 /// The model of `torch_train.py`: a batch of 64 rows of 256 floats through Linear layers of

@@ -41,8 +41,9 @@ pub struct Frame {
     #[serde(skip)]
     pub offset: Option<u64>,
     /// A framework frame shown under a name of its own (`torch_frames`): `op`
-    /// (`aten::addmm`), `autograd_node` (`AddmmBackward0`) or `workspace` (`cuBLAS
-    /// workspace`); absent for every other frame and with `--native`.
+    /// (`aten::addmm`), `autograd_node` (`AddmmBackward0`), `workspace` (`cuBLAS
+    /// workspace`) or `autograd_step` (`gradient matched to its input`); absent for
+    /// every other frame and with `--native`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
 }
@@ -80,10 +81,13 @@ impl Frame {
 
     /// `function at file:line`, else `function (module+0xoffset)`, else `module+0xoffset`,
     /// else the bare address; a framework frame with a role only its name (`aten::addmm`),
-    /// an autograd node with the phase it runs in (`AddmmBackward0 (backward)`).
+    /// an autograd node or engine step with the phase it runs in (`AddmmBackward0
+    /// (backward)`).
     pub fn describe(&self) -> String {
         match (self.role, &self.function) {
-            (Some("autograd_node"), Some(name)) => return format!("{name} (backward)"),
+            (Some("autograd_node" | "autograd_step"), Some(name)) => {
+                return format!("{name} (backward)")
+            }
             (Some(_), Some(name)) => return name.clone(),
             _ => {}
         }

@@ -9,7 +9,11 @@
 //! * the **autograd node** that ran it on a backward thread:
 //!   `torch::autograd::generated::AddmmBackward0::apply` reads `AddmmBackward0`;
 //! * a library's **workspace**: `at::cuda::getCurrentCUDABlasHandleWithWorkspace` reads
-//!   `cuBLAS workspace` (and cuBLASLt's, cuDNN's, cuSOLVER's likewise).
+//!   `cuBLAS workspace` (and cuBLASLt's, cuDNN's, cuSOLVER's likewise);
+//! * a **step of autograd's engine** that allocates outside any node: a node's gradient
+//!   matched to the input it is for (`validate_outputs`: summed to its shape, as a broadcast
+//!   bias's gradient is, or converted to its dtype or device) or the gradients of one input
+//!   added up (`InputBuffer::add`, a tensor used twice).
 //!
 //! The Python frames of PyTorch's call machinery (`Module._call_impl`, the optimizer's
 //! step wrappers, how `.cuda()` reaches each parameter) are hidden the same way, and so are the process's start-up frames below
@@ -25,7 +29,8 @@ pub enum Shown {
     Keep,
     /// Left out of the default view.
     Hide,
-    /// Shown under this name, in this role (`op`, `autograd_node`, `workspace`).
+    /// Shown under this name, in this role (`op`, `autograd_node`, `workspace`,
+    /// `autograd_step`).
     Named(&'static str, String),
 }
 
@@ -53,6 +58,30 @@ const WORKSPACES: &[(&str, &str)] = &[
     (
         "at::native::(anonymous namespace)::Workspace",
         "cuDNN workspace",
+    ),
+];
+
+/// The steps of autograd's engine that allocate outside any node: (function, after the
+/// `torch::autograd::` namespace, its name's start; what it makes). The engine runs them
+/// after a node returns (`Engine::evaluate_function`), so no node is on the stack.
+const AUTOGRAD_STEPS: &[(&str, &str)] = &[
+    // `validate_outputs` makes a node's gradient match the input it is for: summed to its
+    // shape (`reduce_grad`: a broadcast bias's gradient, over the batch), converted to its
+    // dtype, layout or device. One name for all: the op under it says which.
+    ("validate_outputs", "gradient matched to its input"),
+    (
+        "InputMetadata::reduce_grad",
+        "gradient matched to its input",
+    ),
+    (
+        "InputMetadata::maybe_reduce",
+        "gradient matched to its input",
+    ),
+    // Several gradients for one input (a tensor used twice) are added up.
+    ("InputBuffer::add", "gradients of one input accumulated"),
+    (
+        "InputBuffer::accumulate",
+        "gradients of one input accumulated",
     ),
 ];
 
@@ -106,7 +135,19 @@ pub fn native(module: Option<&str>, function: Option<&str>) -> Shown {
     if let Some(what) = workspace(function) {
         return Shown::Named("workspace", what.to_string());
     }
+    if let Some(step) = autograd_step(function) {
+        return Shown::Named("autograd_step", step.to_string());
+    }
     Shown::Hide
+}
+
+/// The named PyTorch frame (`native`'s) of a frame shown with `--native`, whose `role` is
+/// unset: for its site.
+pub fn named_role(module: Option<&str>, function: Option<&str>) -> Option<&'static str> {
+    match native(module, function) {
+        Shown::Named(role, _) => Some(role),
+        _ => None,
+    }
 }
 
 /// A Python frame of `file` (as shown) in `function`: hidden when it is PyTorch's call
@@ -154,6 +195,23 @@ pub fn autograd_node(function: &str) -> Option<&str> {
         .or_else(|| function.strip_prefix("torch::autograd::"))?;
     let node = rest.strip_suffix("::apply")?;
     (!node.is_empty() && !node.contains("::")).then_some(node)
+}
+
+/// What a step of autograd's engine outside any node makes (`AUTOGRAD_STEPS`), for its
+/// function; a template function's name may start with its return type
+/// (`void torch::autograd::validate_outputs_impl<…>`).
+pub fn autograd_step(function: &str) -> Option<&'static str> {
+    const NS: &str = "torch::autograd::";
+    let at = function.find(NS)?;
+    let before = &function[..at];
+    if !(before.is_empty() || before.ends_with(' ') && !before.trim_end().contains([' ', ':', '<']))
+    {
+        return None;
+    }
+    let rest = &function[at + NS.len()..];
+    (AUTOGRAD_STEPS.iter())
+        .find(|(f, _)| rest.starts_with(f))
+        .map(|(_, what)| *what)
 }
 
 /// The workspace a function of PyTorch's allocates (`cuBLAS workspace`), if it does.
@@ -230,6 +288,31 @@ mod tests {
                 CPU,
                 Some("c10::impl::wrap_kernel_functor_unboxed_<…>::call")
             ),
+            Shown::Hide
+        );
+        assert_eq!(
+            native(CPU, Some("torch::autograd::InputMetadata::reduce_grad")),
+            named("autograd_step", "gradient matched to its input")
+        );
+        assert_eq!(
+            native(
+                CPU,
+                Some("void torch::autograd::validate_outputs_impl<torch::autograd::Edge>")
+            ),
+            named("autograd_step", "gradient matched to its input")
+        );
+        assert_eq!(
+            native(CPU, Some("torch::autograd::InputBuffer::add")),
+            named("autograd_step", "gradients of one input accumulated")
+        );
+        // The engine's loop itself is not a step that allocates; nor a function of
+        // another namespace that calls into autograd's.
+        assert_eq!(
+            native(CPU, Some("torch::autograd::Engine::evaluate_function")),
+            Shown::Hide
+        );
+        assert_eq!(
+            native(CPU, Some("at::foo<torch::autograd::validate_outputs>")),
             Shown::Hide
         );
         assert_eq!(native(CPU, None), Shown::Hide);

@@ -19,6 +19,7 @@ use std::path::Path;
 use gpumemprof_format::MemKind;
 
 use crate::symbolize::Frame;
+use crate::torch_frames;
 
 pub use crate::replay::{has_tensors, MemoryLevel};
 
@@ -59,25 +60,42 @@ pub fn is_framework(f: &Frame) -> bool {
     NOT_THE_USERS.iter().any(|p| name.starts_with(p))
 }
 
+/// A frame that can be the user's line: outside the framework and the interpreter, and
+/// not a process's or thread's start-up frame (`_start`, a thread's entry in libc or
+/// libstdc++: the same under every stack, shown with `--native`).
+fn is_users(f: &Frame) -> bool {
+    !is_framework(f)
+        && (f.python || !torch_frames::start_up(f.module.as_deref(), f.function.as_deref()))
+}
+
 /// `frames` from the site on, for a one-line chain that starts at the user's line; all of
 /// them when none is the user's.
 pub fn starting_at_site(frames: &[Frame]) -> &[Frame] {
-    match frames.iter().position(|f| !is_framework(f)) {
+    match frames.iter().position(is_users) {
         Some(i) => &frames[i..],
         None => frames,
     }
 }
 
-/// The site: the first frame outside the framework and the interpreter (innermost
-/// first); when every frame is theirs, the frame that names a library's workspace, else
-/// the autograd node (`torch_frames`); `None` when there is none of these.
+/// The site: the first frame that can be the user's line (innermost first); when every
+/// frame is the framework's, the frame that names a library's workspace, else the
+/// autograd node, else the step of autograd's engine (`torch_frames`); `None` when there
+/// is none of these. With `--native` the frames carry no role, and PyTorch's frames are
+/// told by their functions' names the same way.
 pub fn site(frames: &[Frame]) -> Option<&Frame> {
-    frames.iter().find(|f| !is_framework(f)).or_else(|| {
+    frames.iter().find(|f| is_users(f)).or_else(|| {
         // No line of the user's (autograd's backward threads run none): what PyTorch says
         // the memory is, a library's workspace, else the autograd node that made it.
-        ["workspace", "autograd_node"]
+        let role = |f: &Frame| {
+            f.role.or_else(|| {
+                (!f.python)
+                    .then(|| torch_frames::named_role(f.module.as_deref(), f.function.as_deref()))
+                    .flatten()
+            })
+        };
+        ["workspace", "autograd_node", "autograd_step"]
             .iter()
-            .find_map(|role| frames.iter().find(|f| f.role == Some(role)))
+            .find_map(|r| frames.iter().find(|f| role(f) == Some(r)))
     })
 }
 
@@ -162,5 +180,30 @@ mod tests {
         // The interpreter's executable (python3.11) is not the user's either.
         assert!(is_framework(&native("/usr/bin/python3.11", "main")));
         assert_eq!(site(&frames[..1]), None);
+    }
+
+    #[test]
+    fn a_backward_threads_site_is_never_its_entry_point_also_with_every_frame_shown() {
+        // As `--native` lists a tensor of autograd's backward thread: no roles, the
+        // thread's entry in libstdc++ and libc the only frames outside PyTorch's.
+        let cpu = "/site-packages/torch/lib/libtorch_cpu.so";
+        let entry = [
+            native(cpu, "torch::autograd::Engine::evaluate_function"),
+            native(cpu, "torch::autograd::Engine::thread_main"),
+            native("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "0xd44a3"),
+            native("/usr/lib/x86_64-linux-gnu/libc.so.6", "start_thread"),
+        ];
+        let node = native(cpu, "torch::autograd::generated::AddmmBackward0::apply");
+        let step = native(cpu, "torch::autograd::InputMetadata::reduce_grad");
+        let function = |frames: &[Frame]| site(frames).and_then(|f| f.function.clone());
+        let mut frames = vec![native(cpu, "at::_ops::mm::call"), node.clone()];
+        frames.extend(entry.iter().cloned());
+        assert_eq!(function(&frames).as_deref(), node.function.as_deref());
+        let mut frames = vec![native(cpu, "at::_ops::sum_dim_IntList::call"), step.clone()];
+        frames.extend(entry.iter().cloned());
+        assert_eq!(function(&frames).as_deref(), step.function.as_deref());
+        // Nothing PyTorch names: no site, not the thread's entry point.
+        assert_eq!(site(&entry), None);
+        assert_eq!(starting_at_site(&entry).len(), entry.len());
     }
 }
