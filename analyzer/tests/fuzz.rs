@@ -232,7 +232,16 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
     );
     l.by_range = Some(by_range::leaks(r, 0));
     render(&l, leaks::write_text);
-    let analyzed = analyze::build(trace.clone(), r, analysis, &mut sym, 0, None);
+    let analyzed = analyze::build(
+        trace.clone(),
+        r,
+        analysis,
+        &mut sym,
+        0,
+        None,
+        MemoryLevel::of(r, None),
+        None,
+    );
     render(&analyzed, analyze::write_text);
     render(
         &info::trace(trace.clone(), &loaded, apis),

@@ -1,6 +1,8 @@
 //! `gpumemprof analyze`: its flags; the report and its heuristics are `report/analyze`.
 
 use crate::report::analyze::{build, write_text, Analysis};
+use crate::report::level::MemoryLevel;
+use crate::report::teardown::Teardown;
 use crate::report::TraceInfo;
 use crate::symbolize::Symbolizer;
 use crate::units;
@@ -18,15 +20,20 @@ pub struct Args {
     /// Exit 3 if there is any finding of severity "warning".
     #[arg(long)]
     pub fail_on_findings: bool,
+    /// Read a framework allocator's tensors (the default when the trace has them) or the
+    /// segments allocated from CUDA, HIP or the driver.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub level: Option<MemoryLevel>,
 }
 
 pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     use super::common;
     let mut analysis = Analysis::new();
-    let loaded = crate::input::load_observed(&args.trace, &mut [&mut analysis])?;
+    let loaded = crate::input::load_keeping_exit(&args.trace, &mut [&mut analysis])?;
     let r = &loaded.replayed;
     let oom = super::oom::explain(&args.trace, r, args.frames)?;
     let mut sym = Symbolizer::of(&loaded);
+    let teardown = Teardown::find(&r.exit_tail, &mut sym);
     let report = build(
         TraceInfo::new(&args.trace, &loaded),
         r,
@@ -34,6 +41,8 @@ pub fn run(args: &Args) -> Result<(), crate::error::Error> {
         &mut sym,
         args.frames,
         oom.as_ref(),
+        MemoryLevel::of(r, args.level),
+        teardown.as_ref(),
     );
     for w in sym.take_warnings() {
         crate::term::warn(&w);

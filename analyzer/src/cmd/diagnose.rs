@@ -273,7 +273,16 @@ pub fn run(dir: &Path, trace: &Path, force: bool, frames: usize) -> Result<Manif
     if let Some(oom) = &oom {
         bundle.write_json("oom.json", "oom", &super::oom::with_remedies(trace, oom))?;
     }
-    let analyzed = analyze::build(info_of(), r, analysis, &mut sym, frames, oom.as_ref());
+    let analyzed = analyze::build(
+        info_of(),
+        r,
+        analysis,
+        &mut sym,
+        frames,
+        oom.as_ref(),
+        MemoryLevel::of(r, None),
+        teardown.as_ref(),
+    );
     bundle.write_json("analyze.json", "analyze", &analyzed)?;
     bundle.write_json(
         "info.json",

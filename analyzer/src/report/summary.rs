@@ -349,7 +349,7 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
 
 /// One allocator's figures in text. TensorFlow's BFC allocator reports no reserved
 /// figure: its regions are the device rows.
-fn allocator_line(a: &AllocatorRow) -> String {
+pub fn allocator_line(a: &AllocatorRow) -> String {
     let b = units::bytes;
     let tf = a.framework == "tensorflow";
     let name = if tf {

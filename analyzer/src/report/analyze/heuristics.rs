@@ -1,6 +1,7 @@
 //! The heuristics' observer: follows each (device, kind)'s live bytes through the replay
 //! as cycles (lows and crests), tags allocations with their cycle, and turns what it saw
-//! into findings.
+//! into findings, at one level: tensors where a framework's allocator reported them (what
+//! PyTorch calls allocated), else the memory allocated from CUDA, HIP or the driver.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -10,6 +11,8 @@ use super::model::*;
 use crate::fasthash::FastMap;
 use crate::observe::Observer;
 use crate::replay::{LiveAlloc, LiveChange, Replayed};
+use crate::report::level::MemoryLevel;
+use crate::report::teardown::Teardown;
 use crate::report::TraceInfo;
 use crate::symbolize::Symbolizer;
 use crate::units;
@@ -73,10 +76,16 @@ pub struct Analysis {
     free_but_failed: BTreeMap<(i32, MemKind), FreeButFailed>,
 }
 
+/// Rows followed through the pass: memory and tensors (which level the findings read is
+/// known only at its end).
+fn followed(kind: MemKind) -> bool {
+    kind.is_memory() || kind == MemKind::Tensor
+}
+
 impl Observer for Analysis {
     fn record(&mut self, record: &Record) {
         match record {
-            Record::Alloc(a) if a.address != 0 && a.kind.is_memory() => {
+            Record::Alloc(a) if a.address != 0 && followed(a.kind) => {
                 let row = self.rows.entry((a.device, a.kind)).or_default();
                 if row.sizes.len() < MAX_SIZES_COUNTED {
                     row.sizes.insert(a.size);
@@ -100,7 +109,7 @@ impl Observer for Analysis {
     fn changes(&mut self, time_ns: u64, changes: &[LiveChange]) {
         for change in changes {
             match *change {
-                LiveChange::Added(a) if a.kind.is_memory() => {
+                LiveChange::Added(a) if followed(a.kind) => {
                     let row = self.rows.entry((a.device, a.kind)).or_default();
                     if row.falling {
                         if row.lows == 0 {
@@ -117,7 +126,7 @@ impl Observer for Analysis {
                     self.cycles.insert((a.kind, a.address, a.time_ns), row.lows);
                     self.late.clear();
                 }
-                LiveChange::Released(a) if a.kind.is_memory() => {
+                LiveChange::Released(a) if followed(a.kind) => {
                     let row = self.rows.entry((a.device, a.kind)).or_default();
                     if !row.falling {
                         row.crest();
@@ -141,14 +150,20 @@ impl Analysis {
         Analysis::default()
     }
 
-    /// The findings, once the pass is over.
+    /// The findings at `level`, once the pass is over. Memory the interpreter's
+    /// `teardown` freed was still held when the program's own code finished: a site
+    /// still growing counts it (the list that keeps a tensor a step, freed only at exit);
+    /// what the process still held when it exited is what teardown left.
     pub(super) fn findings(
         mut self,
         trace: &TraceInfo,
         r: &Replayed,
         sym: &mut Symbolizer,
         frames: usize,
+        level: MemoryLevel,
+        teardown: Option<&Teardown>,
     ) -> Vec<Finding> {
+        self.rows.retain(|&(_, kind), _| level.counts(kind));
         for row in self.rows.values_mut() {
             // Still rising when the trace ended: the end is a crest.
             if !row.falling && row.live > 0 {
@@ -333,12 +348,21 @@ impl Analysis {
             ));
         }
 
-        // Sites whose memory live at the end was allocated in many different cycles.
+        // Sites whose memory live at the end (or freed only by the interpreter's teardown)
+        // was allocated in many different cycles.
+        let freed_at_exit = teardown.map_or(&[][..], |t| &t.freed[..]);
+        let late_cycles: FastMap<(MemKind, u64, u64), u64> = (self.late.iter())
+            .map(|l| ((l.alloc.kind, l.alloc.address, l.alloc.time_ns), l.cycle))
+            .collect();
         let mut growing: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
-        for a in r.live.iter().filter(|a| a.kind.is_memory()) {
-            let cycle = self.cycles.get(&(a.kind, a.address, a.time_ns)).copied();
+        let held =
+            (r.live.iter().map(|a| (a, false))).chain(freed_at_exit.iter().map(|a| (a, true)));
+        for (a, at_exit) in held.filter(|(a, _)| level.counts(a.kind)) {
+            let key = (a.kind, a.address, a.time_ns);
+            let cycle = (self.cycles.get(&key).or_else(|| late_cycles.get(&key))).copied();
             let g = growing.entry((a.stack, a.kind)).or_default();
             g.add(a);
+            g.at_exit += u64::from(at_exit);
             if let Some(c) = cycle {
                 g.cycles.insert(c);
             }
@@ -349,8 +373,20 @@ impl Analysis {
             .collect();
         sites.sort_by(|(ka, a), (kb, b)| b.bytes.cmp(&a.bytes).then(ka.cmp(kb)));
         let growing_sites: BTreeSet<(u64, MemKind)> = sites.iter().map(|(k, _)| *k).collect();
+        let (one, many) = level.count_words();
+        let counted = |n: u64| units::plural(n, one, many);
         for ((stack, kind), g) in sites {
             let device = g.single_device();
+            let when = if g.at_exit == 0 {
+                format!("was still live at the end ({})", counted(g.count))
+            } else {
+                format!(
+                    "was still held when the program's code finished ({}, {} of them freed \
+                     only by the interpreter's teardown)",
+                    counted(g.count),
+                    g.at_exit
+                )
+            };
             out.push(finding(
                 "site_still_growing",
                 "warning",
@@ -359,12 +395,10 @@ impl Analysis {
                 g.count,
                 Some(stack),
                 format!(
-                    "{} of {} memory from one site, allocated in {} different cycles, was still \
-                     live at the end ({})",
+                    "{} of {} memory from one site, allocated in {} different cycles, {when}",
                     units::bytes_exact(g.bytes),
                     kind.name(),
                     g.cycles.len(),
-                    units::plural(g.count, "allocation", "allocations")
                 ),
                 &[
                     ("cycles", g.cycles.len() as u64),
@@ -379,7 +413,7 @@ impl Analysis {
         if trace.exited() && r.totals.live_bytes > 0 {
             // The largest (stack, kind) group, as `leaks` would list first.
             let mut groups: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
-            for a in r.live.iter().filter(|a| a.kind.is_memory()) {
+            for a in r.live.iter().filter(|a| level.counts(a.kind)) {
                 if !growing_sites.contains(&(a.stack, a.kind)) {
                     groups.entry((a.stack, a.kind)).or_default().add(a);
                 }
@@ -406,7 +440,7 @@ impl Analysis {
                     format!(
                         "{} in {} still allocated when the process exited, from {}{besides}",
                         units::bytes_exact(bytes),
-                        units::plural(count, "allocation", "allocations"),
+                        counted(count),
                         units::plural(groups.len() as u64, "site", "sites")
                     ),
                     &[("sites", groups.len() as u64)],
@@ -416,7 +450,7 @@ impl Analysis {
 
         if trace.exited() {
             let mut held: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
-            for l in &self.late {
+            for l in self.late.iter().filter(|l| level.counts(l.alloc.kind)) {
                 let lows = self
                     .rows
                     .get(&(l.alloc.device, l.alloc.kind))
@@ -442,7 +476,7 @@ impl Analysis {
                          at shutdown",
                         units::bytes_exact(g.bytes),
                         kind.name(),
-                        units::plural(g.count, "allocation", "allocations")
+                        counted(g.count)
                     ),
                     &[("first_time_ns", g.first), ("last_time_ns", g.last)],
                 ));
@@ -470,6 +504,8 @@ struct Group {
     last: u64,
     devices: BTreeSet<i32>,
     cycles: BTreeSet<u64>,
+    /// Of them, freed only by the interpreter's teardown.
+    at_exit: u64,
 }
 
 impl Group {

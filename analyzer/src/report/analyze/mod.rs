@@ -35,14 +35,18 @@ pub use model::*;
 use std::io::{self, Write};
 
 use crate::replay::Replayed;
+use crate::report::level::MemoryLevel;
 use crate::report::oom::OomReport;
+use crate::report::teardown::Teardown;
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::Symbolizer;
 use crate::term::{BOLD, DIM, WARN};
 use crate::units;
 
-/// The report; `oom`: the `oom` report of its out-of-memory failure, if it had one (its
-/// verdict is the first finding).
+/// The report at `level`; `oom`: the `oom` report of its out-of-memory failure, if it had
+/// one (its verdict is the first finding); `teardown`: the interpreter's, if the trace
+/// shows one.
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     trace: TraceInfo,
     r: &Replayed,
@@ -50,9 +54,11 @@ pub fn build(
     sym: &mut Symbolizer,
     frames: usize,
     oom: Option<&OomReport>,
+    level: MemoryLevel,
+    teardown: Option<&Teardown>,
 ) -> AnalyzeReport {
     let mut findings: Vec<Finding> = oom.and_then(oom_finding).into_iter().collect();
-    findings.extend(analysis.findings(&trace, r, sym, frames));
+    findings.extend(analysis.findings(&trace, r, sym, frames, level, teardown));
     let findings = causes::fold_growth(findings);
     let mut recommendations: Vec<Recommendation> = Vec::new();
     for f in &findings {
@@ -67,11 +73,13 @@ pub fn build(
     AnalyzeReport {
         schema_version: SCHEMA_VERSION,
         trace,
+        level,
         summary: Summary {
             totals: summary.totals,
             rows: summary.rows,
             unknown_frees: summary.unknown_frees,
             failed_frees: summary.failed_frees,
+            allocators: summary.allocators,
         },
         findings,
         recommendations,
@@ -108,10 +116,19 @@ fn oom_finding(oom: &OomReport) -> Option<Finding> {
 
 pub fn write_text(report: &AnalyzeReport, out: &mut dyn Write) -> io::Result<()> {
     report.trace.write_text(out)?;
+    // A framework's job leads with its tensors (allocated), then the segments (reserved).
+    for a in &report.summary.allocators {
+        writeln!(out, "{}", crate::report::summary::allocator_line(a))?;
+    }
     let t = &report.summary.totals;
+    let what = if report.summary.allocators.is_empty() {
+        ""
+    } else {
+        "memory from CUDA (segments and other allocations): "
+    };
     writeln!(
         out,
-        "peak {} at {}; live at end {} in {}",
+        "{what}peak {} at {}; live at end {} in {}",
         units::bytes_exact(t.peak_bytes),
         units::secs(t.peak_time_ns),
         units::bytes_exact(t.live_bytes_at_end),
@@ -127,15 +144,16 @@ pub fn write_text(report: &AnalyzeReport, out: &mut dyn Write) -> io::Result<()>
     )?;
     writeln!(out)?;
     if report.findings.is_empty() {
-        return writeln!(out, "{BOLD}no findings{BOLD:#}");
+        return writeln!(out, "{BOLD}no findings{BOLD:#} ({})", report.level.name());
     }
     let warnings = report.warnings() as u64;
     let infos = report.findings.len() as u64 - warnings;
     writeln!(
         out,
-        "{BOLD}findings:{BOLD:#} {}, {}",
+        "{BOLD}findings:{BOLD:#} {}, {} ({})",
         units::plural(warnings, "warning", "warnings"),
-        units::plural(infos, "note", "notes")
+        units::plural(infos, "note", "notes"),
+        report.level.name()
     )?;
     for f in &report.findings {
         let (style, label) = if f.severity == "warning" {

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::report::summary::{Counts, SummaryRow};
+use crate::report::level::MemoryLevel;
+use crate::report::summary::{AllocatorRow, Counts, SummaryRow};
 use crate::report::TraceInfo;
 use crate::symbolize::Frame;
 
@@ -54,6 +55,8 @@ pub const HEURISTICS: [&str; 9] = [
 pub struct AnalyzeReport {
     pub schema_version: u32,
     pub trace: TraceInfo,
+    /// What the heuristics read: a framework's tensors, or the segments.
+    pub level: MemoryLevel,
     pub summary: Summary,
     /// Warnings first, then by heuristic, device, kind and bytes (largest first).
     pub findings: Vec<Finding>,
@@ -69,6 +72,8 @@ pub struct Summary {
     pub rows: Vec<SummaryRow>,
     pub unknown_frees: u64,
     pub failed_frees: u64,
+    /// As `summary`'s `allocators` (a framework allocator's figures per device).
+    pub allocators: Vec<AllocatorRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
