@@ -133,6 +133,11 @@ fn struct_offsets_match_every_installed_pythons_headers() {
 
 /// Runs py_frames.py under the shim with `python`, returns `leaks --json --frames 0`.
 fn leaks_of_py_frames(python: &Path, tag: &str) -> Value {
+    report("leaks", &py_frames_trace(python, tag), &["--frames", "0"])
+}
+
+/// The trace of `tests/programs/py_frames.py` run by `python` under the shim.
+fn py_frames_trace(python: &Path, tag: &str) -> PathBuf {
     let dir = scratch(tag);
     let trace = dir.join("py.trace");
     let out = Command::new(python)
@@ -148,7 +153,30 @@ fn leaks_of_py_frames(python: &Path, tag: &str) -> Value {
     assert_eq!(out.status.code(), Some(0), "{tag}: {stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     assert!(!stderr.contains("warning"), "{tag}: {stderr}");
-    report("leaks", &trace, &["--frames", "0"])
+    trace
+}
+
+/// `monitor`'s sites name the script as every report does: relative to the program's
+/// working directory (the tests crate), not by its absolute path.
+#[test]
+fn monitor_names_source_files_as_the_reports_do() {
+    let trace = py_frames_trace(Path::new("python3"), "monitor_paths");
+    let leaks = report("leaks", &trace, &["--frames", "0"]);
+    let monitor = report("monitor", &trace, &["--once", "--frames", "0"]);
+    let files = |groups: &Value, bytes: u64| -> Vec<String> {
+        let group = (groups.as_array().expect("groups").iter())
+            .find(|g| g["bytes"] == bytes)
+            .unwrap_or_else(|| panic!("no group of {bytes} bytes in {groups:#}"));
+        (group["frames"].as_array().expect("frames").iter())
+            .filter(|f| f["python"] == true)
+            .map(|f| f["file"].as_str().expect("file").to_owned())
+            .collect()
+    };
+    // The 8 MiB the weights hold, made on the main thread: every Python frame is the
+    // script's.
+    let ours = files(&monitor["sites"], 8 * MIB);
+    assert_eq!(ours, vec![SCRIPT_NAME; 5]);
+    assert_eq!(ours, files(&leaks["groups"], 8 * MIB));
 }
 
 /// The Python frames of a group in `file` (a suffix), as `function:line`.

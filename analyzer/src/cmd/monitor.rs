@@ -55,7 +55,7 @@ pub fn snapshot(
         process_running: running,
         thresholds: state.thresholds,
         devices: state.device_reports(),
-        sites: state.top_sites(top, frames),
+        sites: state.top_sites(top, frames, crate::symbolize::cwd_of(&follower.header)),
         alerts: state.alerts[skip..].to_vec(),
         alerts_total: state.alerts_total,
     }

@@ -240,14 +240,15 @@ impl LiveState {
             .collect()
     }
 
-    /// The `n` sites holding the most live bytes now (0: all), with `frames` frames.
-    pub fn top_sites(&self, n: usize, frames: usize) -> Vec<SiteReport> {
+    /// The `n` sites holding the most live bytes now (0: all), with `frames` frames; source
+    /// paths under `cwd` (the traced process's working directory) relative to it.
+    pub fn top_sites(&self, n: usize, frames: usize, cwd: Option<String>) -> Vec<SiteReport> {
         let mut sites: Vec<_> = self.sites.iter().filter(|(_, s)| s.count > 0).collect();
         sites.sort_by(|(ka, a), (kb, b)| b.bytes.cmp(&a.bytes).then(ka.cmp(kb)));
         if n > 0 {
             sites.truncate(n);
         }
-        let mut sym = Symbolizer::new(&self.modules, &self.stacks, &self.python);
+        let mut sym = Symbolizer::new(&self.modules, &self.stacks, &self.python).in_dir(cwd);
         sites
             .into_iter()
             .map(|(&(stack, kind), s)| SiteReport {
