@@ -161,7 +161,7 @@ fn diff_of_5_and_8_steps_is_exactly_3_mib_more_at_the_leak_line() {
     let out = gpumemprof(&["diff", path(&five), path(&eight)]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("live at end   5.0 MiB -> 8.0 MiB  +3.0 MiB (3145728 B)"),
+        text.contains("live at end     5.0 MiB -> 8.0 MiB  +3.0 MiB (3145728 B)"),
         "{text}"
     );
     let leak = format!(

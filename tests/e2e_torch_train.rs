@@ -538,3 +538,48 @@ fn kinds_of_memory_at_the_peak_are_the_models_own() {
         "no kinds table in the report"
     );
 }
+
+/// `diff` of the loop run for 4 steps and for 6: the kept activations' site grew by two
+/// tensors though the interpreter's teardown freed them all, the leaked total with it; the
+/// allocator's peaks are PyTorch's own of each run.
+#[test]
+fn diff_of_two_runs_shows_the_leak_grow_with_the_steps() {
+    let dir = scratch("torch_train_diff");
+    let (four, six) = (dir.join("four.trace"), dir.join("six.trace"));
+    let job4 = Job::run("torch_train.py", &["4"], &[], Some(&four));
+    let job6 = Job::run("torch_train.py", &["6"], &[], Some(&six));
+    let d = report("diff", &four, &[six.to_str().unwrap()]);
+    schema::assert_valid("diff", &d);
+    assert_eq!(d["level"], "tensors");
+    let change = |v: &Value| (v["before"].as_u64(), v["after"].as_u64());
+    let activation = 32768;
+    assert_eq!(
+        change(&d["totals"]["leaked_bytes"]),
+        (Some(4 * activation), Some(6 * activation))
+    );
+    assert_eq!(change(&d["totals"]["leaked_count"]), (Some(4), Some(6)));
+    let (end4, end6) = (job4.event("end"), job6.event("end"));
+    for (ours, theirs) in [
+        ("allocated_peak_bytes", "allocated_bytes.all.peak"),
+        ("reserved_peak_bytes", "reserved_bytes.all.peak"),
+    ] {
+        assert_eq!(
+            change(&d["totals"][ours]),
+            (Some(stat(end4, theirs)), Some(stat(end6, theirs))),
+            "{ours}"
+        );
+    }
+    let changed: Vec<&Value> = (d["sites"].as_array().expect("sites"))
+        .iter()
+        .filter(|s| s["live_bytes_at_end"]["delta"] != 0)
+        .collect();
+    assert_eq!(changed.len(), 1, "{:#}", d["sites"]);
+    let site = changed[0];
+    assert_eq!(site["status"], "changed");
+    assert_eq!(
+        change(&site["live_bytes_at_end"]),
+        (Some(4 * activation), Some(6 * activation))
+    );
+    assert_eq!(change(&site["live_allocations_at_end"]), (Some(4), Some(6)));
+    assert_eq!(frames(site)[..2], ["aten::addmm", "aten::linear"]);
+}

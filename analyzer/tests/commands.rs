@@ -283,7 +283,7 @@ fn diff_matches_sites_by_frames_and_shows_exactly_the_extra_leak_and_the_new_sit
 
     let t = text_of(&["diff", p(&before), p(&after)]);
     assert!(
-        t.contains("live at end   5.0 MiB -> 8.0 MiB  +3.0 MiB (3146240 B)"),
+        t.contains("live at end     5.0 MiB -> 8.0 MiB  +3.0 MiB (3146240 B)"),
         "{t}"
     );
     assert!(t.contains("1 changed, 1 new, 0 gone, 3 unchanged"), "{t}");

@@ -1,6 +1,7 @@
 //! `gpumemprof diff BEFORE AFTER`: what changed between two traces (two runs, or the same
 //! job at two commits), per call site: the bytes it held at the peak of its (device, kind)
-//! and the bytes it still held at the end; sites only in AFTER are new, only in BEFORE gone.
+//! and the bytes it still held at the end (as `leaks` counts them: with what the
+//! interpreter's teardown freed); sites only in AFTER are new, only in BEFORE gone.
 //!
 //! Stack ids and addresses differ between runs (interning order, ASLR), so a site is
 //! matched by its symbolized frames: `function at file:line` per frame (`--by line`, the
@@ -17,6 +18,7 @@ use gpumemprof_format::MemKind;
 use serde::Serialize;
 
 use crate::replay::{has_tensors, Loaded, MemoryLevel};
+use crate::report::teardown::Teardown;
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::term::{BAD, BOLD, GOOD};
@@ -40,7 +42,8 @@ pub struct DiffReport {
     /// How sites were matched: "line" or "function".
     pub key: SiteKey,
     /// What is compared: `tensors` (when both traces have a framework allocator's tensors)
-    /// or `segments`. `totals` are the segments' either way.
+    /// or `segments`. `totals` are the segments' either way, but for `leaked_*` (at this
+    /// level) and the allocator's peaks.
     pub level: MemoryLevel,
     pub totals: Totals,
     /// Sites whose bytes changed, new and gone sites: largest change of live-at-end bytes
@@ -80,6 +83,14 @@ pub struct Totals {
     pub live_allocations_at_end: Change,
     pub allocations: Change,
     pub failed_allocations: Change,
+    /// What was still held when the program ended, at the report's level, as `leaks`'s
+    /// `total_bytes` and `total_count` (with what the interpreter's teardown freed).
+    pub leaked_bytes: Change,
+    pub leaked_count: Change,
+    /// A framework allocator's peaks (PyTorch's `max_memory_allocated()` and
+    /// `max_memory_reserved()`), summed over devices; null unless both traces have them.
+    pub allocated_peak_bytes: Option<Change>,
+    pub reserved_peak_bytes: Option<Change>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -175,15 +186,19 @@ impl Sites {
     }
 }
 
-/// Every site of one trace: at the peaks and live at the end.
+/// Every site of one trace: at the peaks and live at the end (what the interpreter's
+/// teardown freed included, as `leaks` counts; loaded with `input::load_keeping_exit`);
+/// and the trace's (bytes, count) live at the end so.
 fn sides(
     loaded: &Loaded,
     by: SiteKey,
     frames: usize,
     level: MemoryLevel,
-) -> (SiteMap, Vec<String>) {
+) -> (SiteMap, (u64, u64), Vec<String>) {
     let r = &loaded.replayed;
     let mut sym = Symbolizer::of(loaded);
+    let teardown = Teardown::find(&r.exit_tail, &mut sym);
+    let freed_at_exit = teardown.as_ref().map_or(&[][..], |t| &t.freed[..]);
     let mut all = Sites::default();
     for row in r.rows.iter().filter(|row| level.counts(row.kind)) {
         for site in &row.peak_sites {
@@ -192,15 +207,35 @@ fn sides(
             s.peak = s.peak.saturating_add(site.bytes);
         }
     }
-    for a in r.live.iter().filter(|a| level.counts(a.kind)) {
+    let mut leaked = (0u64, 0u64);
+    for a in r
+        .live
+        .iter()
+        .chain(freed_at_exit)
+        .filter(|a| level.counts(a.kind))
+    {
         let s = all.side(&mut sym, a.stack, a.kind, by, frames);
         s.live = s.live.saturating_add(a.size);
         s.live_count += 1;
+        leaked = (leaked.0.saturating_add(a.size), leaked.1 + 1);
     }
     for s in all.sites.values_mut() {
         s.stacks.sort_unstable();
     }
-    (all.sites, sym.take_warnings())
+    (all.sites, leaked, sym.take_warnings())
+}
+
+/// A framework allocator's (allocated, reserved) peaks summed over devices, if it has one.
+fn allocator_peaks(loaded: &Loaded) -> Option<(u64, u64)> {
+    let a = &loaded.replayed.allocators;
+    (!a.is_empty()).then(|| {
+        a.iter().fold((0u64, 0u64), |(al, re), f| {
+            (
+                al.saturating_add(f.peak_allocated),
+                re.saturating_add(f.peak_reserved),
+            )
+        })
+    })
 }
 
 /// `all`: list unchanged sites too; `level`: asked for, else tensors when both traces have
@@ -220,8 +255,8 @@ pub fn build(
             MemoryLevel::Segments
         },
     );
-    let (b_sites, mut warnings) = sides(before.1, by, frames, level);
-    let (a_sites, w) = sides(after.1, by, frames, level);
+    let (b_sites, b_leaked, mut warnings) = sides(before.1, by, frames, level);
+    let (a_sites, a_leaked, w) = sides(after.1, by, frames, level);
     warnings.extend(w);
     let mut keys: Vec<&(MemKind, Vec<String>)> = b_sites.keys().chain(a_sites.keys()).collect();
     keys.sort();
@@ -285,6 +320,18 @@ pub fn build(
         ),
         allocations: Change::new(rb.totals.allocations, ra.totals.allocations),
         failed_allocations: Change::new(rb.totals.failed_allocations, ra.totals.failed_allocations),
+        leaked_bytes: Change::new(b_leaked.0, a_leaked.0),
+        leaked_count: Change::new(b_leaked.1, a_leaked.1),
+        allocated_peak_bytes: None,
+        reserved_peak_bytes: None,
+    };
+    let totals = match (allocator_peaks(before.1), allocator_peaks(after.1)) {
+        (Some(b), Some(a)) => Totals {
+            allocated_peak_bytes: Some(Change::new(b.0, a.0)),
+            reserved_peak_bytes: Some(Change::new(b.1, a.1)),
+            ..totals
+        },
+        _ => totals,
     };
     let report = DiffReport {
         schema_version: SCHEMA_VERSION,
@@ -330,7 +377,7 @@ fn bytes_line(out: &mut dyn Write, label: &str, c: &Change) -> io::Result<()> {
     };
     writeln!(
         out,
-        "{label:<13} {} -> {}  {style}{}{style:#}",
+        "{label:<15} {} -> {}  {style}{}{style:#}",
         units::bytes(c.before),
         units::bytes(c.after),
         signed_bytes(c.delta)
@@ -369,11 +416,31 @@ pub fn write_text(report: &DiffReport, out: &mut dyn Write) -> io::Result<()> {
     }
     writeln!(out)?;
     let t = &report.totals;
+    // A framework's job: its tensors first (PyTorch's allocated and reserved peaks, what
+    // the program still held at its end), then the segments' totals. Counted in segments,
+    // what was held at the end is `live at end` below.
+    if report.level == MemoryLevel::Tensors {
+        if let (Some(allocated), Some(reserved)) = (&t.allocated_peak_bytes, &t.reserved_peak_bytes)
+        {
+            bytes_line(out, "allocated peak", allocated)?;
+            bytes_line(out, "reserved peak", reserved)?;
+        }
+        bytes_line(out, "leaked", &t.leaked_bytes)?;
+        writeln!(
+            out,
+            "{:<15} {} -> {}  {}",
+            "leaked tensors",
+            t.leaked_count.before,
+            t.leaked_count.after,
+            signed(t.leaked_count.delta)
+        )?;
+        writeln!(out, "memory from CUDA (segments and other allocations):")?;
+    }
     bytes_line(out, "peak", &t.peak_bytes)?;
     bytes_line(out, "live at end", &t.live_bytes_at_end)?;
     writeln!(
         out,
-        "{:<13} {} -> {}  {}",
+        "{:<15} {} -> {}  {}",
         "allocations",
         t.allocations.before,
         t.allocations.after,
@@ -382,7 +449,7 @@ pub fn write_text(report: &DiffReport, out: &mut dyn Write) -> io::Result<()> {
     if t.failed_allocations.before + t.failed_allocations.after > 0 {
         writeln!(
             out,
-            "{:<13} {} -> {}  {}",
+            "{:<15} {} -> {}  {}",
             "failed",
             t.failed_allocations.before,
             t.failed_allocations.after,
@@ -401,6 +468,7 @@ pub fn write_text(report: &DiffReport, out: &mut dyn Write) -> io::Result<()> {
         report.gone_sites,
         report.unchanged_sites
     )?;
+    let (_, many) = report.level.count_words();
     for s in &report.sites {
         let style = if s.live_bytes_at_end.delta > 0 || s.peak_bytes.delta > 0 {
             BAD
@@ -410,7 +478,7 @@ pub fn write_text(report: &DiffReport, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
             "\n{BOLD}{}{BOLD:#} {} memory: live at end {style}{}{style:#} ({} -> {}, {} -> {} \
-             allocations), at the peak {style}{}{style:#} ({} -> {})",
+             {many}), at the peak {style}{}{style:#} ({} -> {})",
             s.status,
             s.kind,
             signed_bytes(s.live_bytes_at_end.delta),
@@ -492,8 +560,8 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<(), crate::error::Error> {
     use super::common;
-    let before = crate::input::load(&args.before)?;
-    let after = crate::input::load(&args.after)?;
+    let before = crate::input::load_keeping_exit(&args.before, &mut [])?;
+    let after = crate::input::load_keeping_exit(&args.after, &mut [])?;
     let (report, warnings) = build(
         (TraceInfo::new(&args.before, &before), &before),
         (TraceInfo::new(&args.after, &after), &after),
