@@ -129,6 +129,19 @@ fn a_fragmentation_oom_is_one_error_with_pytorchs_own_message() {
             && text.contains("failure 1 of 1 out of memory"),
         "{text}"
     );
+    // Each one-line site names the op that made its tensors before the user's line: the 48
+    // activations kept, 8 MiB each, made by `torch.empty` in `fill`'s list comprehension.
+    let fill = gpumemprof_tests::source_line_of("tests/programs/torch_oom.py", "# FILL");
+    assert!(
+        text.contains(&format!(
+            "  tensors #1 384.0 MiB (402653184 B) in 48 tensors of aten::empty_memory_format \
+             from fill.<locals>.<listcomp> at tests/programs/torch_oom.py:{fill} (stack "
+        )) && text.contains(&format!(
+            "   384.0 MiB  48 tensors  aten::empty_memory_format < fill.<locals>.<listcomp> \
+             (torch_oom.py:{fill}) < fill (torch_oom.py:{fill}) < main"
+        )),
+        "{text}"
+    );
     // `track`: one critical alert for the one error, PyTorch's refusal of the block, not
     // one per failed cudaMalloc before it.
     let t = report("track", &trace, &[]);

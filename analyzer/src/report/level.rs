@@ -77,6 +77,14 @@ pub fn starting_at_site(frames: &[Frame]) -> &[Frame] {
     }
 }
 
+/// The op that made a tensor (`aten::relu`: the innermost frame of role `op`), when it lies
+/// above the user's line: in a one-line chain it tells apart two sites of one line (a
+/// layer's output and its activation's).
+pub fn op_above_site(frames: &[Frame]) -> Option<&Frame> {
+    let site = frames.iter().position(is_users).unwrap_or(frames.len());
+    frames[..site].iter().find(|f| f.role == Some("op"))
+}
+
 /// The site: the first frame that can be the user's line (innermost first); when every
 /// frame is the framework's, the frame that names a library's workspace, else the
 /// autograd node, else the step of autograd's engine (`torch_frames`); `None` when there

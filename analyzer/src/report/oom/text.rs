@@ -13,9 +13,10 @@ use crate::units;
 const CHAIN_FRAMES: usize = 3;
 
 /// `f (file.c:12) < g (file.c:40) < main (file.c:99)`, innermost first, from the site on
-/// (the framework's frames above the user's line are in the JSON).
-fn chain(stack: u64, frames: &[Frame]) -> String {
-    let frames = crate::report::level::starting_at_site(frames);
+/// (the framework's frames above the user's line are in the JSON), after the op that made
+/// the tensor, if any (`aten::relu < forward (train.py:12) < ...`).
+fn chain(stack: u64, all: &[Frame]) -> String {
+    let frames = crate::report::level::starting_at_site(all);
     if frames.is_empty() {
         return if stack == 0 {
             "(no stack captured)".into()
@@ -23,11 +24,20 @@ fn chain(stack: u64, frames: &[Frame]) -> String {
             format!("(stack {stack})")
         };
     }
-    let mut parts: Vec<String> = frames.iter().take(CHAIN_FRAMES).map(short_frame).collect();
+    let op = crate::report::level::op_above_site(all).map(short_frame);
+    let mut parts: Vec<String> = op.into_iter().collect();
+    parts.extend(frames.iter().take(CHAIN_FRAMES).map(short_frame));
     if frames.len() > CHAIN_FRAMES {
         parts.push("...".into());
     }
     parts.join(" < ")
+}
+
+/// ` of aten::relu` where a site's tensors were made by an op above the user's line.
+fn of_op(frames: &[Frame]) -> String {
+    crate::report::level::op_above_site(frames)
+        .and_then(|f| f.function.as_deref())
+        .map_or_else(String::new, |op| format!(" of {op}"))
 }
 
 /// `alloc`/`allocs` for allocations (the list's narrow column), tensors as they are.
@@ -64,10 +74,11 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
         for (n, s) in t.sites.iter().enumerate() {
             writeln!(
                 out,
-                "  tensors #{} {} in {}{} (stack {})",
+                "  tensors #{} {} in {}{}{} (stack {})",
                 n + 1,
                 units::bytes_exact(s.bytes),
                 units::plural(s.count, "tensor", "tensors"),
+                of_op(&s.frames),
                 crate::report::level::from_site(s.site.as_ref(), &[]),
                 s.stack_id
             )?;
