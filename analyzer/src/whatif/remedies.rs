@@ -175,23 +175,67 @@ fn verdict(
     } else {
         format!("None of {} would have avoided it", names.join(", "))
     };
+    // Two sizes that round alike (1.0 GiB needed, 1.0 GiB there) are told exactly.
+    let pair = |x: u64, y: u64| {
+        if units::bytes(x) == units::bytes(y) {
+            (units::bytes_exact(x), units::bytes_exact(y))
+        } else {
+            (units::bytes(x), units::bytes(y))
+        }
+    };
+    let (needed_words, available_words) = pair(needed, available.unwrap_or(0));
     match (exceeds_by, available) {
-        (Some(by), Some(a)) => format!(
+        (Some(by), Some(_)) => format!(
             "{none}: the live tensors and the {} request need {}, {} more than the {} the \
              device had for PyTorch; no allocator setting makes that fit: the tensors must \
              shrink (a smaller batch, lower precision, activation checkpointing).",
             units::bytes(request),
-            units::bytes(needed),
+            needed_words,
             units::bytes(by),
-            units::bytes(a)
+            available_words
         ),
-        (None, Some(a)) => format!(
+        (None, Some(_)) => format!(
             "{none}, although the live tensors and the {} request ({}) would fit in the {} \
              the device had for PyTorch: how the blocks lie keeps it out.",
             units::bytes(request),
-            units::bytes(needed),
-            units::bytes(a)
+            needed_words,
+            available_words
         ),
         _ => format!("{none}."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn sizes_that_round_alike_are_told_exactly() {
+        // 992 MiB of live tensors and a 32 MiB request on a 1 GiB device of which PyTorch
+        // had 1 GiB less 32 KiB: "need 1.0 GiB ... the 1.0 GiB" would say nothing.
+        let available = 1024 * MIB - (32 << 10);
+        let needed = 1024 * MIB;
+        let v = verdict(
+            &[],
+            needed,
+            Some(available),
+            Some(needed - available),
+            32 * MIB,
+        );
+        assert_eq!(
+            v,
+            "No standard remedy is left to try: the live tensors and the 32.0 MiB request \
+             need 1.0 GiB (1073741824 B), 32.0 KiB more than the 1.0 GiB (1073709056 B) the \
+             device had for PyTorch; no allocator setting makes that fit: the tensors must \
+             shrink (a smaller batch, lower precision, activation checkpointing)."
+        );
+        // Sizes that read apart stay short.
+        let v = verdict(&[], 1024 * MIB, Some(960 * MIB), Some(64 * MIB), 256 * MIB);
+        assert!(
+            v.contains("need 1.0 GiB, 64.0 MiB more than the 960.0 MiB the device"),
+            "{v}"
+        );
     }
 }
