@@ -310,7 +310,7 @@ fn leaks_at_a_normal_exit_are_what_the_program_kept_until_its_end() {
 fn stacks_at_the_peak_read_in_pytorchs_terms() {
     let dir = scratch("torch_train_stacks");
     let trace = dir.join("train.trace");
-    Job::run("torch_train.py", &[STEPS], &[], Some(&trace));
+    let job = Job::run("torch_train.py", &[STEPS], &[], Some(&trace));
     let peak = report("peak", &trace, &["--top", "0"]);
     let sites = peak["peaks"][0]["sites"].as_array().expect("sites");
     assert_eq!(peak["peaks"][0]["kind"], "tensor");
@@ -399,6 +399,29 @@ fn stacks_at_the_peak_read_in_pytorchs_terms() {
             "{s:#}"
         );
     }
+    // `monitor` of the finished job: PyTorch's own figures as its last tensor record left
+    // them (the teardown freed every tensor; the segments stay reserved), and sites counted
+    // in tensors: none live.
+    let monitor = report("monitor", &trace, &["--once"]);
+    schema::assert_valid("monitor", &monitor);
+    let end = job.event("end");
+    assert_eq!(monitor["level"], "tensors");
+    let allocator = &monitor["devices"][0]["allocator"];
+    assert_eq!(
+        (
+            allocator["framework"].as_str(),
+            allocator["allocated_bytes"].as_u64(),
+            allocator["allocated_peak_bytes"].as_u64(),
+            allocator["reserved_bytes"].as_u64()
+        ),
+        (
+            Some("pytorch"),
+            Some(0),
+            Some(stat(end, "allocated_bytes.all.peak")),
+            Some(stat(end, "reserved_bytes.all.current"))
+        )
+    );
+    assert_eq!(monitor["sites"], serde_json::json!([]));
 }
 
 /// The model of `torch_train.py`: a batch of 64 rows of 256 floats through Linear layers of

@@ -25,7 +25,7 @@ mod synth;
 mod tempdir;
 
 use binary::{gpumemprof, gpumemprof_env, stderr_lines};
-use synth::{alloc, end, free, stack};
+use synth::{alloc, end, free, stack, tensor};
 use tempdir::TempDir;
 
 fn header() -> Value {
@@ -617,7 +617,7 @@ fn track_raises_alerts_at_the_thresholds_of_the_device_size() {
         json!([{"device": 0, "current_bytes": 900 * MIB, "current_allocations": 2,
                 "peak_bytes": 1000 * MIB, "peak_time_ns": 20, "total_bytes": GIB,
                 "total_source": "nvml", "current_percent": 87.89, "peak_percent": 97.66,
-                "level": "warning", "nvml_process_used_bytes": 0}])
+                "level": "warning", "nvml_process_used_bytes": 0, "allocator": null}])
     );
     assert_eq!(v["unknown_size_devices"], json!([]));
     // Higher thresholds: only the critical peak... and nothing at 99%.
@@ -713,6 +713,50 @@ fn track_without_a_device_size_says_how_to_give_one() {
     assert_eq!(v["devices"][0]["total_bytes"], 128 * MIB);
 }
 
+/// A PyTorch job's `monitor`: PyTorch's figures from its last tensor record, and the sites
+/// counted in tensors (a segment's stack says only which tensor made the allocator grow).
+#[test]
+fn monitor_of_a_pytorch_job_shows_allocated_and_reserved_and_tensor_sites() {
+    let dir = TempDir::new("commands", "monitor-tensors");
+    let records = vec![
+        stack(1),
+        stack(2),
+        stack(3),
+        // A 20 MiB segment, two tensors in it, the first freed.
+        alloc(10, 0x1000_0000, 20 * MIB, 1),
+        tensor(11, 0x1000_0000, 4 * MIB as i64, 4 * MIB, 20 * MIB, 2),
+        tensor(12, 0x1040_0000, 2 * MIB as i64, 6 * MIB, 20 * MIB, 3),
+        tensor(13, 0x1000_0000, -(4 * MIB as i64), 2 * MIB, 20 * MIB, 2),
+    ];
+    let trace = write_trace(&dir, "run.trace", &[records]);
+    let v = json_of(&["monitor", p(&trace), "--once"], 0, "monitor");
+    assert_eq!(v["level"], "tensors");
+    assert_eq!(
+        v["devices"][0]["allocator"],
+        json!({"framework": "pytorch", "allocated_bytes": 2 * MIB,
+               "allocated_peak_bytes": 6 * MIB, "reserved_bytes": 20 * MIB})
+    );
+    // The thresholds still read the device memory: the segment.
+    assert_eq!(v["devices"][0]["current_bytes"], 20 * MIB);
+    let sites: Vec<(u64, &str, u64, u64)> = (v["sites"].as_array().expect("sites").iter())
+        .map(|s| {
+            (
+                s["stack_id"].as_u64().unwrap(),
+                s["kind"].as_str().unwrap(),
+                s["bytes"].as_u64().unwrap(),
+                s["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sites, vec![(3, "tensor", 2 * MIB, 1)]);
+    let t = text_of(&["monitor", p(&trace), "--once"]);
+    assert!(
+        t.contains("  PyTorch: 2.0 MiB allocated now (peak 6.0 MiB), 20.0 MiB reserved\n")
+            && t.contains("  #1 2.0 MiB (2097152 B) in 1 tensor (stack 3)"),
+        "{t}"
+    );
+}
+
 #[test]
 fn monitor_once_shows_current_and_peak_per_device_top_sites_and_alerts() {
     let dir = TempDir::new("commands", "monitor-once");
@@ -729,13 +773,15 @@ fn monitor_once_shows_current_and_peak_per_device_top_sites_and_alerts() {
     assert_eq!(v["process_running"], Value::Null);
     assert_eq!(v["devices"][0]["current_bytes"], 900 * MIB);
     assert_eq!(v["devices"][0]["peak_bytes"], 1000 * MIB);
+    let frame = json!({"address": "0x1001", "module": null, "function": null, "file": null,
+                       "line": null, "inlined": false, "python": false});
     assert_eq!(
         v["sites"],
         json!([{"stack_id": 1, "kind": "device", "bytes": 900 * MIB, "count": 2,
-                "frames": [{"address": "0x1001", "module": null, "function": null,
-                            "file": null, "line": null, "inlined": false,
-                            "python": false}]}])
+                "site": frame, "frames": [frame]}])
     );
+    // No framework's tensors: the sites count the memory.
+    assert_eq!(v["level"], "segments");
     assert_eq!(v["alerts_total"], 3);
     let t = text_of(&["monitor", p(&trace), "--once"]);
     assert!(

@@ -12,6 +12,7 @@ use crate::live::{Alert, DeviceNow, Follower, LiveState, SiteReport, Thresholds}
 use crate::report::{write_frames, TraceInfo, SCHEMA_VERSION};
 use crate::term::{self, BAD, BOLD, WARN};
 use crate::units;
+use gpumemprof_format::MemKind;
 
 /// Alerts shown per refresh (the most recent ones).
 pub const ALERTS_SHOWN: usize = 10;
@@ -25,6 +26,9 @@ pub struct MonitorReport {
     pub process_running: Option<bool>,
     pub thresholds: Thresholds,
     pub devices: Vec<DeviceNow>,
+    /// What `sites` count: `tensors` once the trace has a framework's tensors, else
+    /// `segments`.
+    pub level: crate::replay::MemoryLevel,
     /// The sites holding the most live memory now, at most `--top`.
     pub sites: Vec<SiteReport>,
     /// The most recent alerts (at most 10), oldest first.
@@ -55,6 +59,7 @@ pub fn snapshot(
         process_running: running,
         thresholds: state.thresholds,
         devices: state.device_reports(),
+        level: state.level(),
         sites: state.top_sites(top, frames, crate::symbolize::cwd_of(&follower.header)),
         alerts: state.alerts[skip..].to_vec(),
         alerts_total: state.alerts_total,
@@ -140,13 +145,19 @@ pub fn write_text(report: &MonitorReport, out: &mut dyn Write) -> io::Result<()>
         writeln!(out, "\n{BOLD}largest live sites now:{BOLD:#}")?;
     }
     for (n, s) in report.sites.iter().enumerate() {
+        let (one, many) = crate::report::level::count_words(s.kind);
+        let what = if s.kind == MemKind::Tensor.name() {
+            String::new()
+        } else {
+            format!("{} memory, ", s.kind)
+        };
         writeln!(
             out,
-            "  #{} {} in {} ({} memory, stack {})",
+            "  #{} {} in {}{} ({what}stack {})",
             n + 1,
             units::bytes_exact(s.bytes),
-            units::plural(s.count, "allocation", "allocations"),
-            s.kind,
+            units::plural(s.count, one, many),
+            crate::report::level::from_site(s.site.as_ref(), &s.frames),
             s.stack_id
         )?;
         write_frames(out, &s.frames, "      ")?;
@@ -195,7 +206,25 @@ pub fn write_device(out: &mut dyn Write, d: &DeviceNow) -> io::Result<()> {
             out,
             "; device memory size unknown (pass --device-memory SIZE for percentages)"
         ),
+    }?;
+    if let Some(a) = &d.allocator {
+        let name = match a.framework {
+            "pytorch" => "PyTorch",
+            "tensorflow" => "TensorFlow",
+            _ => "the framework",
+        };
+        write!(
+            out,
+            "  {name}: {} allocated now (peak {})",
+            units::bytes(a.allocated_bytes),
+            units::bytes(a.allocated_peak_bytes)
+        )?;
+        if a.framework == "pytorch" {
+            write!(out, ", {} reserved", units::bytes(a.reserved_bytes))?;
+        }
+        writeln!(out)?;
     }
+    Ok(())
 }
 
 pub fn write_alert(out: &mut dyn Write, a: &Alert) -> io::Result<()> {

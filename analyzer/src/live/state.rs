@@ -1,6 +1,8 @@
 //! What the live views show, kept by an observer of the growing trace: live bytes now and
 //! at their peak per (device, kind), live bytes per call site, each device's memory size,
-//! and threshold alerts.
+//! a framework allocator's own figures (allocated and reserved), and threshold alerts.
+//! Sites are counted in tensors once the trace has a framework's tensors, as the reports
+//! count them; the thresholds always read the device memory (what fills the GPU).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -94,6 +96,9 @@ pub struct LiveState {
     levels: BTreeMap<i32, u8>,
     /// Devices with a framework's tensor records.
     tensor_devices: std::collections::BTreeSet<i32>,
+    /// Per device, the allocator's figures after its last tensor record and its
+    /// allocated peak.
+    allocator: BTreeMap<i32, AllocatorNow>,
     pub alerts: Vec<Alert>,
     pub alerts_total: u64,
 }
@@ -113,6 +118,7 @@ impl LiveState {
             python: HashMap::new(),
             levels: BTreeMap::new(),
             tensor_devices: Default::default(),
+            allocator: BTreeMap::new(),
             alerts: Vec::new(),
             alerts_total: 0,
         }
@@ -235,15 +241,29 @@ impl LiveState {
                     peak_percent: pct(row.peak),
                     level,
                     nvml_process_used_bytes: self.nvml.get(&device).map(|s| s.process_used),
+                    allocator: self.allocator.get(&device).copied(),
                 }
             })
             .collect()
     }
 
-    /// The `n` sites holding the most live bytes now (0: all), with `frames` frames; source
-    /// paths under `cwd` (the traced process's working directory) relative to it.
+    /// What the sites count: tensors once the trace has a framework's, else the memory.
+    pub fn level(&self) -> crate::replay::MemoryLevel {
+        if self.tensor_devices.is_empty() {
+            crate::replay::MemoryLevel::Segments
+        } else {
+            crate::replay::MemoryLevel::Tensors
+        }
+    }
+
+    /// The `n` sites holding the most live bytes now (0: all) at `level()`, with `frames`
+    /// frames; source paths under `cwd` (the traced process's working directory) relative
+    /// to it.
     pub fn top_sites(&self, n: usize, frames: usize, cwd: Option<String>) -> Vec<SiteReport> {
-        let mut sites: Vec<_> = self.sites.iter().filter(|(_, s)| s.count > 0).collect();
+        let level = self.level();
+        let mut sites: Vec<_> = (self.sites.iter())
+            .filter(|((_, kind), s)| s.count > 0 && level.counts(*kind))
+            .collect();
         sites.sort_by(|(ka, a), (kb, b)| b.bytes.cmp(&a.bytes).then(ka.cmp(kb)));
         if n > 0 {
             sites.truncate(n);
@@ -256,6 +276,7 @@ impl LiveState {
                 kind: kind.name(),
                 bytes: s.bytes,
                 count: s.count,
+                site: crate::report::level::site(&sym.stack(stack, 0)).cloned(),
                 frames: sym.stack(stack, frames),
             })
             .collect()
@@ -289,6 +310,23 @@ impl Observer for LiveState {
             }
             Record::Tensor(t) => {
                 self.tensor_devices.insert(t.device);
+                let peak = self
+                    .allocator
+                    .get(&t.device)
+                    .map_or(0, |a| a.allocated_peak_bytes);
+                self.allocator.insert(
+                    t.device,
+                    AllocatorNow {
+                        framework: match t.framework {
+                            gpumemprof_format::FRAMEWORK_PYTORCH => "pytorch",
+                            gpumemprof_format::FRAMEWORK_TENSORFLOW => "tensorflow",
+                            _ => "other",
+                        },
+                        allocated_bytes: t.allocated,
+                        allocated_peak_bytes: peak.max(t.allocated),
+                        reserved_bytes: t.reserved,
+                    },
+                );
             }
             Record::Stack { id, frames } => {
                 let first_use_ns = self.stacks.get(id).and_then(|s| s.first_use_ns);
@@ -325,7 +363,7 @@ impl Observer for LiveState {
                 LiveChange::Added(a) => (a, true),
                 LiveChange::Released(a) => (a, false),
             };
-            if !a.kind.is_memory() {
+            if !(a.kind.is_memory() || a.kind == MemKind::Tensor) {
                 continue;
             }
             let row = self.rows.entry((a.device, a.kind)).or_default();
@@ -380,6 +418,20 @@ pub struct DeviceNow {
     pub level: &'static str,
     /// What NVML last saw this process use on the device, if the trace has samples.
     pub nvml_process_used_bytes: Option<u64>,
+    /// A framework caching allocator's own figures on the device; null without them.
+    pub allocator: Option<AllocatorNow>,
+}
+
+/// A framework allocator's figures now, from its last tensor record (PyTorch's
+/// `memory_allocated()`, `max_memory_allocated()` and `memory_reserved()`; TensorFlow's BFC
+/// allocator reports no reserved figure: 0).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AllocatorNow {
+    /// `pytorch` or `tensorflow` (as `summary`'s `allocators[].framework`).
+    pub framework: &'static str,
+    pub allocated_bytes: u64,
+    pub allocated_peak_bytes: u64,
+    pub reserved_bytes: u64,
 }
 
 /// A call site holding live memory now.
@@ -389,6 +441,8 @@ pub struct SiteReport {
     pub kind: &'static str,
     pub bytes: u64,
     pub count: u64,
+    /// The user's line, else what PyTorch's frames say the memory is, as `peak`'s `site`.
+    pub site: Option<Frame>,
     pub frames: Vec<Frame>,
 }
 

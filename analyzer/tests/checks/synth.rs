@@ -136,3 +136,26 @@ pub fn end(t: u64) -> Record {
         ..Stats::default()
     })
 }
+
+/// A PyTorch tensor record on device 0, thread 1: `delta` bytes at `address` (negative: a
+/// free), with the allocator's `allocated` and `reserved` figures after it.
+pub fn tensor(
+    t: u64,
+    address: u64,
+    delta: i64,
+    allocated: u64,
+    reserved: u64,
+    stack: u64,
+) -> Record {
+    Record::Tensor(gpumemprof_format::Tensor {
+        time_ns: t,
+        tid: 1,
+        framework: gpumemprof_format::FRAMEWORK_PYTORCH,
+        device: 0,
+        address,
+        delta,
+        allocated,
+        reserved,
+        stack,
+    })
+}
