@@ -450,7 +450,10 @@ impl Analysis {
 
         if trace.exited() {
             let mut held: BTreeMap<(u64, MemKind), Group> = BTreeMap::new();
-            for l in self.late.iter().filter(|l| level.counts(l.alloc.kind)) {
+            // A growing site's memory freed at exit is that site's finding already.
+            let others = (self.late.iter())
+                .filter(|l| !growing_sites.contains(&(l.alloc.stack, l.alloc.kind)));
+            for l in others.filter(|l| level.counts(l.alloc.kind)) {
                 let lows = self
                     .rows
                     .get(&(l.alloc.device, l.alloc.kind))
