@@ -192,7 +192,8 @@ fn every_report(bytes: &[u8], opts: &oom::Options, views: bool) -> bool {
         }
     }
     serde_json::to_vec(&live_state.device_reports()).expect("track devices JSON");
-    serde_json::to_vec(&live_state.top_sites(0, 0, None)).expect("monitor sites JSON");
+    serde_json::to_vec(&live_state.top_sites(0, 0, None, |f| f.first().cloned()))
+        .expect("monitor sites JSON");
     scrub(&mut loaded.replayed.modules);
     let path = Path::new("fuzz.gmt");
     let trace = TraceInfo::new(path, &loaded);

@@ -60,7 +60,12 @@ pub fn snapshot(
         thresholds: state.thresholds,
         devices: state.device_reports(),
         level: state.level(),
-        sites: state.top_sites(top, frames, crate::symbolize::cwd_of(&follower.header)),
+        sites: state.top_sites(
+            top,
+            frames,
+            crate::symbolize::cwd_of(&follower.header),
+            |all| crate::report::level::site(all).cloned(),
+        ),
         alerts: state.alerts[skip..].to_vec(),
         alerts_total: state.alerts_total,
     }

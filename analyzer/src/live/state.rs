@@ -258,8 +258,15 @@ impl LiveState {
 
     /// The `n` sites holding the most live bytes now (0: all) at `level()`, with `frames`
     /// frames; source paths under `cwd` (the traced process's working directory) relative
-    /// to it.
-    pub fn top_sites(&self, n: usize, frames: usize, cwd: Option<String>) -> Vec<SiteReport> {
+    /// to it; `site_of` names each site from its whole stack (the reports' rule, which
+    /// lives above this layer).
+    pub fn top_sites(
+        &self,
+        n: usize,
+        frames: usize,
+        cwd: Option<String>,
+        site_of: impl Fn(&[Frame]) -> Option<Frame>,
+    ) -> Vec<SiteReport> {
         let level = self.level();
         let mut sites: Vec<_> = (self.sites.iter())
             .filter(|((_, kind), s)| s.count > 0 && level.counts(*kind))
@@ -276,7 +283,7 @@ impl LiveState {
                 kind: kind.name(),
                 bytes: s.bytes,
                 count: s.count,
-                site: crate::report::level::site(&sym.stack(stack, 0)).cloned(),
+                site: site_of(&sym.stack(stack, 0)),
                 frames: sym.stack(stack, frames),
             })
             .collect()
