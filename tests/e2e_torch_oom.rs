@@ -142,6 +142,30 @@ fn a_fragmentation_oom_is_one_error_with_pytorchs_own_message() {
         )),
         "{text}"
     );
+    // Kinds at the allocated peak, in `fill`: the 48 activations it dropped are
+    // temporaries; the 48 kept, freed only by the interpreter's teardown after the error,
+    // were held to the end: "other" (no backward pass ran), not temporaries.
+    let summary = report("summary", &trace, &[]);
+    let kinds: Vec<(String, u64, u64)> = (summary["allocators"][0]["kinds_at_peak"]
+        .as_array()
+        .expect("kinds"))
+    .iter()
+    .filter(|k| k["bytes"] != 0)
+    .map(|k| {
+        (
+            k["kind"].as_str().unwrap().to_owned(),
+            k["bytes"].as_u64().unwrap(),
+            k["tensors"].as_u64().unwrap(),
+        )
+    })
+    .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("temporaries".to_owned(), 384 * MIB, 48),
+            ("other".to_owned(), 384 * MIB, 48)
+        ]
+    );
     // `track`: one critical alert for the one error, PyTorch's refusal of the block, not
     // one per failed cudaMalloc before it.
     let t = report("track", &trace, &[]);

@@ -27,6 +27,22 @@ pub fn python_first() -> bool {
     !NATIVE.load(Ordering::Relaxed)
 }
 
+/// CPython's functions that tear the interpreter down (3.9 to 3.13): what a free made
+/// under one of them freed is memory the program held until its code finished.
+pub const TEARDOWN_FUNCTIONS: &[&str] = &[
+    "Py_FinalizeEx",
+    "Py_Finalize",
+    "_Py_Finalize",
+    "Py_EndInterpreter",
+    "finalize_modules",
+    "_PyImport_Cleanup",
+];
+
+/// Whether `function` is one of CPython's teardown functions (`TEARDOWN_FUNCTIONS`).
+pub fn tears_down(function: &str) -> bool {
+    TEARDOWN_FUNCTIONS.contains(&function)
+}
+
 /// Module file names (their start) of the interpreter and of ctypes' call machinery.
 const GLUE_MODULES: &[&str] = &["libpython", "python", "libffi", "_ctypes."];
 

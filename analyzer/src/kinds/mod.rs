@@ -17,6 +17,9 @@
 //!
 //! A thread is autograd's when one of its first stacks runs the backward pass (CUDA work
 //! of the backward pass runs on autograd's device threads, never the caller's).
+//!
+//! A free made by the interpreter's teardown (`glue::tears_down` in its stack) does not end
+//! a life: the program held the tensor until its code finished, as one live at the end.
 
 pub mod classify;
 pub mod timeline;
@@ -94,6 +97,9 @@ pub struct Decider<'f> {
     autograd_threads: HashSet<u32>,
     /// `autograd_runs[i]`: runs of autograd threads among the first `i` runs.
     autograd_runs: Vec<u32>,
+    /// Free stacks made by the interpreter's teardown: a tensor they freed was held until
+    /// the program's code finished, as one live at the end (`report::teardown`).
+    teardown_frees: HashSet<u64>,
 }
 
 impl<'f> Decider<'f> {
@@ -115,13 +121,22 @@ impl<'f> Decider<'f> {
         let lives = (fates.at_peak.iter().flat_map(|(_, l)| l))
             .chain(&fates.at_end)
             .chain(&fates.freed_at_exit);
+        let mut teardown_frees = HashSet::new();
+        let mut seen = HashSet::new();
         for life in lives {
             origin_of(life.stack, sym);
             if let Some(freed) = life.freed {
                 origin_of(freed.stack, sym);
+                if seen.insert(freed.stack)
+                    && (sym.functions(freed.stack).iter()).any(|f| crate::glue::tears_down(f))
+                {
+                    teardown_frees.insert(freed.stack);
+                }
             }
         }
-        Decider::from_parts(fates, origins, autograd_threads)
+        let mut decider = Decider::from_parts(fates, origins, autograd_threads);
+        decider.teardown_frees = teardown_frees;
+        decider
     }
 
     /// A decider for these stacks' origins and autograd threads.
@@ -142,6 +157,7 @@ impl<'f> Decider<'f> {
             origins,
             autograd_threads,
             autograd_runs,
+            teardown_frees: HashSet::new(),
         }
     }
 
@@ -162,11 +178,19 @@ impl<'f> Decider<'f> {
         Some(self.autograd_runs[to] > self.autograd_runs[from])
     }
 
-    /// The kind of one tensor's life.
+    /// The kind of one tensor's life. A free made by the interpreter's teardown does not
+    /// end it: the program held the tensor until its code finished.
     pub fn kind(&self, life: &Lifetime) -> Kind {
         if life.stack == 0 {
             return Kind::Other;
         }
+        let held = Lifetime {
+            freed: life
+                .freed
+                .filter(|f| !self.teardown_frees.contains(&f.stack)),
+            ..*life
+        };
+        let life = &held;
         let made_by = match self.origin(life.stack) {
             Origin::Workspace => Origin::Workspace,
             _ if self.autograd_threads.contains(&life.tid) => Origin::Backward,

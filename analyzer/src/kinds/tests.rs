@@ -175,3 +175,31 @@ fn tally_lists_every_kind_in_order() {
     assert_eq!((t[0].bytes, t[0].tensors), (1024, 2));
     assert_eq!((t[6].bytes, t[6].tensors), (512, 1));
 }
+
+#[test]
+fn a_tensor_the_interpreters_teardown_frees_was_held_to_the_end() {
+    // An inference job (no backward pass): a tensor a module-level name held, freed only
+    // by `Py_FinalizeEx`, is "other" as one live at the end, not a temporary.
+    const TEARDOWN: u64 = 16;
+    let f = FatesResult {
+        runs: vec![MAIN],
+        runs_made: 1,
+        ..FatesResult::default()
+    };
+    let origins = HashMap::from([(FORWARD, Origin::Elsewhere), (TEARDOWN, Origin::Elsewhere)]);
+    let mut d = Decider::from_parts(&f, origins, HashSet::new());
+    d.teardown_frees.insert(TEARDOWN);
+    let kept = made(FORWARD, MAIN, 0);
+    assert_eq!(d.kind(&freed(kept, TEARDOWN, MAIN, 0)), Kind::Other);
+    // Freed by the program itself: a temporary.
+    assert_eq!(d.kind(&freed(kept, FORWARD, MAIN, 0)), Kind::Temporaries);
+    // In a training job, held across a backward pass to the end: an activation.
+    let f = fates(2);
+    let mut d = Decider::from_parts(
+        &f,
+        HashMap::from([(FORWARD, Origin::Elsewhere), (TEARDOWN, Origin::Elsewhere)]),
+        HashSet::from([AUTOGRAD]),
+    );
+    d.teardown_frees.insert(TEARDOWN);
+    assert_eq!(d.kind(&freed(kept, TEARDOWN, MAIN, 2)), Kind::Activations);
+}

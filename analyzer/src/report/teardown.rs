@@ -21,16 +21,6 @@ use crate::fasthash::FastMap;
 use crate::replay::{LiveAlloc, Released};
 use crate::symbolize::Symbolizer;
 
-/// CPython's functions that tear the interpreter down (3.9 to 3.13).
-const TEARDOWN_FUNCTIONS: &[&str] = &[
-    "Py_FinalizeEx",
-    "Py_Finalize",
-    "_Py_Finalize",
-    "Py_EndInterpreter",
-    "finalize_modules",
-    "_PyImport_Cleanup",
-];
-
 /// The interpreter's teardown, as the trace shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Teardown {
@@ -72,7 +62,7 @@ fn teardown_function(sym: &mut Symbolizer, id: u64) -> Option<String> {
     sym.functions(id)
         .into_iter()
         .rev()
-        .find(|f| TEARDOWN_FUNCTIONS.contains(&f.as_str()))
+        .find(|f| crate::glue::tears_down(f))
 }
 
 #[cfg(test)]
