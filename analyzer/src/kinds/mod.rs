@@ -103,7 +103,20 @@ pub struct Decider<'f> {
 }
 
 impl<'f> Decider<'f> {
+    /// The decider of the tensors `fates` kept (live at a peak or at the end, freed at
+    /// exit): their stacks' origins worked out.
     pub fn new(fates: &'f FatesResult, sym: &mut Symbolizer) -> Self {
+        Decider::knowing(fates, sym, std::iter::empty())
+    }
+
+    /// `new`, also knowing the origins of `stacks` (and whether they are the teardown's):
+    /// every stack a pass over all tensors meets (`kinds::timeline`), where a stack not
+    /// worked out would read as made "elsewhere".
+    pub fn knowing(
+        fates: &'f FatesResult,
+        sym: &mut Symbolizer,
+        stacks: impl Iterator<Item = u64>,
+    ) -> Self {
         let mut origins = HashMap::new();
         let mut origin_of = |stack: u64, sym: &mut Symbolizer| {
             *origins
@@ -121,19 +134,23 @@ impl<'f> Decider<'f> {
         let lives = (fates.at_peak.iter().flat_map(|(_, l)| l))
             .chain(&fates.at_end)
             .chain(&fates.freed_at_exit);
-        let mut teardown_frees = HashSet::new();
-        let mut seen = HashSet::new();
+        let mut free_stacks = HashSet::new();
         for life in lives {
             origin_of(life.stack, sym);
             if let Some(freed) = life.freed {
-                origin_of(freed.stack, sym);
-                if seen.insert(freed.stack)
-                    && (sym.functions(freed.stack).iter()).any(|f| crate::glue::tears_down(f))
-                {
-                    teardown_frees.insert(freed.stack);
-                }
+                free_stacks.insert(freed.stack);
             }
         }
+        for stack in stacks {
+            origin_of(stack, sym);
+            free_stacks.insert(stack);
+        }
+        let teardown_frees = (free_stacks.into_iter())
+            .filter(|&s| {
+                origin_of(s, sym);
+                (sym.functions(s).iter()).any(|f| crate::glue::tears_down(f))
+            })
+            .collect();
         let mut decider = Decider::from_parts(fates, origins, autograd_threads);
         decider.teardown_frees = teardown_frees;
         decider

@@ -203,3 +203,48 @@ fn a_tensor_the_interpreters_teardown_frees_was_held_to_the_end() {
     d.teardown_frees.insert(TEARDOWN);
     assert_eq!(d.kind(&freed(kept, TEARDOWN, MAIN, 2)), Kind::Activations);
 }
+
+#[test]
+fn a_pass_over_every_tensor_knows_the_origin_of_stacks_the_replay_did_not_keep() {
+    use crate::replay::StackInfo;
+    use gpumemprof_format::{python_frame, PyCode};
+    // Stack 1 moves a module to the GPU (`Module._apply`), stack 2 is the user's own line;
+    // no tensor of either was live at a peak or at the end, so `new` never looked at them.
+    let code = |id: u64, filename: &str, name: &str| {
+        (
+            id,
+            PyCode {
+                id,
+                first_line: 1,
+                filename: filename.into(),
+                name: name.into(),
+            },
+        )
+    };
+    let python = HashMap::from([
+        code(1, "torch/nn/modules/module.py", "Module._apply"),
+        code(2, "train.py", "step"),
+    ]);
+    let stack = |id: u64, code: u64| {
+        (
+            id,
+            StackInfo {
+                frames: vec![python_frame(code, 10)],
+                first_use_ns: None,
+            },
+        )
+    };
+    let stacks = HashMap::from([stack(1, 1), stack(2, 2)]);
+    let mut sym = Symbolizer::new(&[], &stacks, &python);
+    let f = fates(1);
+    // A copy of a module's weights, made and freed before any backward pass (a teacher
+    // model loaded, used and dropped): parameters, not a temporary.
+    let weights = freed(made(1, MAIN, 0), 2, MAIN, 0);
+    assert_eq!(Decider::new(&f, &mut sym).kind(&weights), Kind::Temporaries);
+    let knowing = Decider::knowing(&f, &mut sym, stacks.keys().copied());
+    assert_eq!(knowing.kind(&weights), Kind::Parameters);
+    assert_eq!(
+        knowing.kind(&freed(made(2, MAIN, 0), 2, MAIN, 0)),
+        Kind::Temporaries
+    );
+}

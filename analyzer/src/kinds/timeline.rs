@@ -239,6 +239,8 @@ pub fn add(t: &mut Timeline, path: &Path, loaded: &Loaded, sym: &mut crate::symb
     if super::pytorch_devices(r).is_empty() {
         return;
     }
-    let decider = Decider::new(&r.fates, sym);
+    // Every stack: the pass decides the kind of every tensor, not only those the replay
+    // kept.
+    let decider = Decider::knowing(&r.fates, sym, r.stacks.keys().copied());
     t.kinds = series(path, loaded, t, &decider);
 }
