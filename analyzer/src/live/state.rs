@@ -81,7 +81,7 @@ pub struct LiveState {
     pub thresholds: Thresholds,
     /// `--device-memory`: the size of every device, overriding the trace.
     pub flag_total: Option<u64>,
-    /// Memory kinds only.
+    /// Memory kinds and a framework's tensors (the thresholds read the `device` rows).
     pub rows: BTreeMap<(i32, MemKind), RowNow>,
     pub sites: HashMap<(u64, MemKind), SiteNow>,
     /// The last NVML sample per device.
