@@ -324,11 +324,7 @@ impl Observer for LiveState {
                 self.allocator.insert(
                     t.device,
                     AllocatorNow {
-                        framework: match t.framework {
-                            gpumemprof_format::FRAMEWORK_PYTORCH => "pytorch",
-                            gpumemprof_format::FRAMEWORK_TENSORFLOW => "tensorflow",
-                            _ => "other",
-                        },
+                        framework: crate::replay::framework_name(t.framework),
                         allocated_bytes: t.allocated,
                         allocated_peak_bytes: peak.max(t.allocated),
                         reserved_bytes: t.reserved,

@@ -188,6 +188,15 @@ pub struct AllocatorFigures {
     pub peak_reserved: u64,
 }
 
+/// A tensor record's framework as reports name it: `pytorch`, `tensorflow`, else `other`.
+pub fn framework_name(framework: u8) -> &'static str {
+    match framework {
+        gpumemprof_format::FRAMEWORK_PYTORCH => "pytorch",
+        gpumemprof_format::FRAMEWORK_TENSORFLOW => "tensorflow",
+        _ => "other",
+    }
+}
+
 impl AllocatorFigures {
     pub(crate) fn apply(&mut self, t: &Tensor) {
         if t.delta >= 0 {

@@ -126,11 +126,7 @@ impl From<&AllocatorFigures> for AllocatorRow {
     fn from(f: &AllocatorFigures) -> AllocatorRow {
         AllocatorRow {
             device: f.device,
-            framework: match f.framework {
-                gpumemprof_format::FRAMEWORK_PYTORCH => "pytorch",
-                gpumemprof_format::FRAMEWORK_TENSORFLOW => "tensorflow",
-                _ => "other",
-            },
+            framework: crate::replay::framework_name(f.framework),
             tensor_allocations: f.allocations,
             tensor_frees: f.frees,
             allocated_bytes: f.allocated,
