@@ -678,6 +678,21 @@ fn exit_codes_of_the_new_commands() {
     let n = path(&not_a_trace);
     let missing = dir.join("missing.trace");
     let m = path(&missing);
+    // A directory where one trace is expected (summary, peak and leaks read every trace of
+    // one): exit 1 with one line that says so.
+    let d = path(&dir);
+    for args in [vec!["analyze", d], vec!["diff", d, t], vec!["oom", d], vec!["info", d]] {
+        let out = gpumemprof(&args);
+        assert_eq!(code(&out), Some(1), "{args:?}");
+        assert_eq!(
+            stderr_lines(&out),
+            [format!(
+                "gpumemprof: error: {d}: a directory, where one trace file is expected (summary, \
+                 peak and leaks read every trace of a directory; give this command one of them)"
+            )],
+            "{args:?}"
+        );
+    }
     for args in [
         vec!["diff", t, t],
         vec!["analyze", t],

@@ -23,6 +23,13 @@ pub fn open(path: &Path) -> Result<TraceFile, Error> {
         path: path.to_owned(),
         source,
     })?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(Error::Failed(format!(
+            "{}: a directory, where one trace file is expected (summary, peak and leaks read \
+             every trace of a directory; give this command one of them)",
+            path.display()
+        )));
+    }
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let reader = Progress::new(file, len, &path.display().to_string());
     TraceReader::open(BufReader::with_capacity(1 << 16, reader)).map_err(|e| read_error(path, e))
