@@ -681,7 +681,12 @@ fn exit_codes_of_the_new_commands() {
     // A directory where one trace is expected (summary, peak and leaks read every trace of
     // one): exit 1 with one line that says so.
     let d = path(&dir);
-    for args in [vec!["analyze", d], vec!["diff", d, t], vec!["oom", d], vec!["info", d]] {
+    for args in [
+        vec!["analyze", d],
+        vec!["diff", d, t],
+        vec!["oom", d],
+        vec!["info", d],
+    ] {
         let out = gpumemprof(&args);
         assert_eq!(code(&out), Some(1), "{args:?}");
         assert_eq!(

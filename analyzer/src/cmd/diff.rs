@@ -311,6 +311,7 @@ pub fn build(
         )
     });
     let (rb, ra) = (&before.1.replayed, &after.1.replayed);
+    let peaks = allocator_peaks(before.1).zip(allocator_peaks(after.1));
     let totals = Totals {
         peak_bytes: Change::new(rb.totals.peak_bytes, ra.totals.peak_bytes),
         live_bytes_at_end: Change::new(rb.totals.live_bytes, ra.totals.live_bytes),
@@ -322,16 +323,8 @@ pub fn build(
         failed_allocations: Change::new(rb.totals.failed_allocations, ra.totals.failed_allocations),
         leaked_bytes: Change::new(b_leaked.0, a_leaked.0),
         leaked_count: Change::new(b_leaked.1, a_leaked.1),
-        allocated_peak_bytes: None,
-        reserved_peak_bytes: None,
-    };
-    let totals = match (allocator_peaks(before.1), allocator_peaks(after.1)) {
-        (Some(b), Some(a)) => Totals {
-            allocated_peak_bytes: Some(Change::new(b.0, a.0)),
-            reserved_peak_bytes: Some(Change::new(b.1, a.1)),
-            ..totals
-        },
-        _ => totals,
+        allocated_peak_bytes: peaks.map(|(b, a)| Change::new(b.0, a.0)),
+        reserved_peak_bytes: peaks.map(|(b, a)| Change::new(b.1, a.1)),
     };
     let report = DiffReport {
         schema_version: SCHEMA_VERSION,

@@ -134,22 +134,21 @@ impl<'f> Decider<'f> {
         let lives = (fates.at_peak.iter().flat_map(|(_, l)| l))
             .chain(&fates.at_end)
             .chain(&fates.freed_at_exit);
-        let mut free_stacks = HashSet::new();
+        // The stacks whose frees may be the teardown's: those of the kept tensors' frees,
+        // and every stack asked about.
+        let mut frees = HashSet::new();
         for life in lives {
             origin_of(life.stack, sym);
             if let Some(freed) = life.freed {
-                free_stacks.insert(freed.stack);
+                frees.insert(freed.stack);
             }
         }
-        for stack in stacks {
+        frees.extend(stacks);
+        for &stack in &frees {
             origin_of(stack, sym);
-            free_stacks.insert(stack);
         }
-        let teardown_frees = (free_stacks.into_iter())
-            .filter(|&s| {
-                origin_of(s, sym);
-                (sym.functions(s).iter()).any(|f| crate::glue::tears_down(f))
-            })
+        let teardown_frees = (frees.into_iter())
+            .filter(|&s| (sym.functions(s).iter()).any(|f| crate::glue::tears_down(f)))
             .collect();
         let mut decider = Decider::from_parts(fates, origins, autograd_threads);
         decider.teardown_frees = teardown_frees;

@@ -193,7 +193,9 @@ fn a_tensor_the_interpreters_teardown_frees_was_held_to_the_end() {
     assert_eq!(d.kind(&freed(kept, TEARDOWN, MAIN, 0)), Kind::Other);
     // Freed by the program itself: a temporary.
     assert_eq!(d.kind(&freed(kept, FORWARD, MAIN, 0)), Kind::Temporaries);
-    // In a training job, held across a backward pass to the end: an activation.
+    // In a training job, made after step 0's backward pass and freed by the teardown in
+    // the same run: held across step 1's backward pass to the end, an activation (freed
+    // there by the program itself, it would be a temporary).
     let f = fates(2);
     let mut d = Decider::from_parts(
         &f,
@@ -201,7 +203,9 @@ fn a_tensor_the_interpreters_teardown_frees_was_held_to_the_end() {
         HashSet::from([AUTOGRAD]),
     );
     d.teardown_frees.insert(TEARDOWN);
-    assert_eq!(d.kind(&freed(kept, TEARDOWN, MAIN, 2)), Kind::Activations);
+    let late = made(FORWARD, MAIN, 2);
+    assert_eq!(d.kind(&freed(late, TEARDOWN, MAIN, 2)), Kind::Activations);
+    assert_eq!(d.kind(&freed(late, FORWARD, MAIN, 2)), Kind::Temporaries);
 }
 
 #[test]
