@@ -24,6 +24,7 @@
 //! (`intern::lock_for_fork`): a child never inherits `INSERT` held, nor a table half
 //! grown.
 
+use crate::sys::prefetch;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -31,6 +32,10 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 const FIRST_SLOTS: usize = 4096;
 /// Tables this large or larger are asked to be backed by huge pages.
 const HUGE: usize = 2 << 20;
+/// Slots from which `prefetch` asks for a slot (1 MiB: past what a core's own cache
+/// holds; on the development machine a random load into 1 MiB took 7 ns, into 8 MiB
+/// 29 to 76, BENCHMARKS.md).
+const PREFETCH_FROM: usize = 1 << 16;
 
 struct Table {
     /// Slots - 1 (a power of two).
@@ -60,6 +65,27 @@ pub fn lookup(h: u64) -> Option<u64> {
     // SAFETY: a published table is never unmapped or changed but for slots going from
     // empty to filled (key written last, with release).
     unsafe { find(&*t, h) }
+}
+
+/// Asks for the slot where the lookup of key `key()` starts to be brought into the
+/// cache, when the table is large enough (`PREFETCH_FROM`) for that slot to be a miss in
+/// memory; a smaller table's slot is near at hand, and the key not worth computing twice.
+#[inline(always)]
+pub fn prefetch(key: impl FnOnce() -> u64) {
+    let t = CURRENT.load(Ordering::Acquire);
+    if !t.is_null() {
+        // SAFETY: a published table is live.
+        unsafe { prefetch_in(&*t, key) }
+    }
+}
+
+/// # Safety
+/// `t` is a live table.
+#[inline(always)]
+unsafe fn prefetch_in(t: &Table, key: impl FnOnce() -> u64) {
+    if t.mask + 1 >= PREFETCH_FROM {
+        prefetch::for_read(t.words.add(2 * first_slot(key(), t.mask)));
+    }
 }
 
 /// # Safety
@@ -164,6 +190,7 @@ fn new_table(slots: usize) -> Option<*mut Table> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
 
     #[test]
     fn every_key_keeps_its_id_through_the_tables_growth() {
@@ -180,6 +207,24 @@ mod tests {
         // SAFETY: published, live.
         let slots = unsafe { (*CURRENT.load(Ordering::Acquire)).mask + 1 };
         assert!(slots >= 65_536, "{slots} slots");
+    }
+
+    #[test]
+    fn only_a_table_of_a_mebibyte_and_more_computes_the_key_to_prefetch() {
+        // Private tables: 8 slots, and 65,536 (1 MiB, `PREFETCH_FROM`).
+        let (small, large) = (new_table(8).unwrap(), new_table(1 << 16).unwrap());
+        let asked = Cell::new(0);
+        let key = || {
+            asked.set(asked.get() + 1);
+            0x1234_5678_9ABC_DEF1
+        };
+        // SAFETY: our own live tables.
+        unsafe {
+            prefetch_in(&*small, key);
+            assert_eq!(asked.get(), 0);
+            prefetch_in(&*large, key);
+            assert_eq!(asked.get(), 1);
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! bounded by the threads alive at once, not by how many ended since the last drain.
 
 use crate::sys::event::Event;
+use crate::sys::prefetch::{for_read as prefetch_for_read, for_write as prefetch_for_write};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -236,30 +237,6 @@ impl Ring {
         self.state.store(OWNED, Ordering::Release);
         true
     }
-}
-
-/// Prefetches the cache line at `p` with intent to write (`prefetchw`); a no-op on CPUs
-/// without it (it decodes as a NOP there) and on other architectures.
-#[inline(always)]
-fn prefetch_for_write<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and changes no architectural state.
-    unsafe {
-        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-#[inline(always)]
-fn prefetch_for_read<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and changes no architectural state.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Every ring of one pipeline; rings are never freed (a free one is reused).

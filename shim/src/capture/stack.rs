@@ -59,14 +59,19 @@ pub fn shim_anchor() -> u64 {
 /// memo slot whose frames these are when the walk met one at its first state
 /// (`unwind::capture_memo`): the caller may then note the stack id it interns them as for
 /// that memo; and the id noted for them with `with` merged in (`unwind::capture_noted`),
-/// if any: then `out` is not written.
+/// if any: then `out` is not written. `found` is told the frames of a walk before it is
+/// stored (`unwind::Found`).
 #[inline(never)]
-pub fn capture_memo(out: &mut [MaybeUninit<u64>], with: Option<u64>) -> unwind::Captured {
+pub fn capture_memo(
+    out: &mut [MaybeUninit<u64>],
+    with: Option<u64>,
+    found: Option<unwind::Found>,
+) -> unwind::Captured {
     let lo = SHIM_START.load(Ordering::Relaxed);
     let hi = SHIM_END.load(Ordering::Relaxed);
     let bare = |n| unwind::Captured::new(n, None, None);
     match MODE.load(Ordering::Relaxed) {
-        FAST => match unwind::capture_noted(out, lo, hi, with) {
+        FAST => match unwind::capture_noted(out, lo, hi, with, found) {
             Some(c) => c,
             None => bare(capture_slow(out)),
         },

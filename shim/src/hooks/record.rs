@@ -133,7 +133,9 @@ fn capture_stack(depth: usize) -> u32 {
     // No Python frames are noted for any memo yet: an id noted here is of native frames
     // alone, noted with fingerprint 0, which is that of no Python frames once an
     // interpreter is found (it is never lost again).
-    let c = stack::capture_memo(&mut frames[..depth], Some(0));
+    // A walk's frames are the stack interned: its id's slot is asked for while the walk
+    // is stored (`unwind::Found`).
+    let c = stack::capture_memo(&mut frames[..depth], Some(0), Some(intern::prefetch));
     // The same native frames as the last time this memo was met from its start (a loop's
     // allocations): the id noted for them then, without copying or hashing the frames
     // (BENCHMARKS.md, "fourth session", "2026-11-25, third" and "2026-11-26, tenth").
@@ -160,7 +162,7 @@ fn with_python(depth: usize) -> u32 {
     python::read(&mut py);
     let with = python::fingerprint::of(&py);
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
-    let c = stack::capture_memo(&mut frames[..depth], Some(with));
+    let c = stack::capture_memo(&mut frames[..depth], Some(with), None);
     if let Some(id) = c.noted() {
         return id;
     }

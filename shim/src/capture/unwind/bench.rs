@@ -43,7 +43,7 @@ fn bench() {
         capture(o, 0, 0).unwrap_or(0)
     };
     // A loop's capture once its id is noted: the id, no frame copied (`capture_noted`).
-    let noted = |o: &mut [MaybeUninit<u64>]| match capture_noted(o, 0, 0, Some(0)) {
+    let noted = |o: &mut [MaybeUninit<u64>]| match capture_noted(o, 0, 0, Some(0), None) {
         Some(c) => {
             if let (Some(h), None) = (c.hit(), c.noted()) {
                 set_memo_stack_id(h, c.n(), 1, 0);

@@ -181,7 +181,7 @@ pub fn capture_memo(
     skip_lo: u64,
     skip_hi: u64,
 ) -> Option<(usize, Option<usize>)> {
-    capture_noted(out, skip_lo, skip_hi, None).map(|c| (c.n(), c.hit()))
+    capture_noted(out, skip_lo, skip_hi, None, None).map(|c| (c.n(), c.hit()))
 }
 
 /// What `capture_noted` found, in one word, so that it comes back in registers: a larger
@@ -232,12 +232,14 @@ impl Captured {
 /// look at the thread's state, and then its frames are not copied (a loop's allocations
 /// need only the id). `capture_memo` calls it: the walk inlined into both was left in
 /// one shared, outlined `try_with`, a third slower on the real step (BENCHMARKS.md, tenth).
+/// `found` is told the frames of a walk that found them, before it is stored (`Found`).
 #[inline(never)]
 pub fn capture_noted(
     out: &mut [MaybeUninit<u64>],
     skip_lo: u64,
     skip_hi: u64,
     with: Option<u64>,
+    found: Option<Found>,
 ) -> Option<Captured> {
     if !READY.load(Ordering::Relaxed) {
         return None;
@@ -279,7 +281,9 @@ pub fn capture_noted(
                 cache = None;
             }
             let mut hit = None;
-            let n = walk(out, start, top, &t.memos, &mut hit, from, cache, with)?;
+            let n = walk(
+                out, start, top, &t.memos, &mut hit, from, cache, with, found,
+            )?;
             let id = match (hit, with) {
                 (Some(slot), Some(w)) => match slot.checked_sub(memo::SLOTS) {
                     None => t.memos.slots[slot].stack_id(n, w),
@@ -299,6 +303,13 @@ pub fn capture_noted(
     }
     r
 }
+
+/// Told the frames of a walk as soon as they are all known, before the walk is stored
+/// in the memos (a copy of about a kilobyte): the caller starts what it will read next,
+/// the stack id's slot (`intern::prefetch`), which on a program of many call paths is a
+/// miss in memory, and it arrives while the walk is stored (BENCHMARKS.md, twelfth).
+/// Not told when a memo or the first-state cache gave every frame (nothing is stored).
+pub type Found = fn(&[u64]);
 
 /// Where a walk starts: an instruction pointer and the stack and frame pointers there.
 #[derive(Clone, Copy)]
@@ -335,6 +346,7 @@ pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32, with: u64) {
 /// whole output copied from it), or to `memo::SLOTS` + the cache entry it came from. With
 /// `with`, a memo or entry met at the first state with a stack id noted for its frames
 /// with `with` merged does not copy them (the caller takes the id).
+/// `found` is told the frames before the walk is stored, if it is.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn walk(
@@ -346,6 +358,7 @@ fn walk(
     from: first::Start,
     mut keep: Option<&mut first::Cache>,
     with: Option<u64>,
+    found: Option<Found>,
 ) -> Option<usize> {
     let (skip_lo, skip_hi) = from.skip;
     let Regs { ip, mut sp, mut bp } = start;
@@ -362,6 +375,12 @@ fn walk(
     let epoch = from.epoch;
     let skip = (skip_lo, skip_hi);
     let in_shim = |a: u64| a >= skip_lo && a < skip_hi;
+    let announce = |out: &[MaybeUninit<u64>], n: usize| {
+        if let Some(f) = found {
+            // SAFETY: the walk initialised `out[..n]`.
+            f(unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) });
+        }
+    };
     let now = memos.clock.get() + 1;
     memos.clock.set(now);
     // Per memo: states remembered, and the first one not below the current state (or
@@ -409,6 +428,7 @@ fn walk(
                             // too: two call paths that share a caller, such as an
                             // allocation and its free, would otherwise take turns
                             // evicting each other from the other slot).
+                            announce(out, total);
                             rec.join(s, m, k[j], bp_word, bp_since);
                             let lru = memos.least_recent_except(memo::SLOTS);
                             memos.remember(&rec, Some(lru), epoch, skip, m.full(), now);
@@ -444,6 +464,7 @@ fn walk(
                        full: bool,
                        out: &[MaybeUninit<u64>],
                        n: usize| {
+            announce(out, n);
             if let Some(i) = bp_word {
                 rec.forget_word(i);
             }

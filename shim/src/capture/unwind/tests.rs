@@ -124,6 +124,7 @@ fn a_garbage_register_state_is_refused_not_followed() {
             from,
             None,
             None,
+            None,
         )
     };
     // An address in no object, a stack pointer above the top, and one whose caller's
@@ -225,10 +226,56 @@ fn two_paths_that_share_a_caller_keep_a_memo_each() {
 #[inline(never)]
 fn noted_from_here(with: Option<u64>) -> (Captured, [u64; 64]) {
     let mut out = [MaybeUninit::new(0xDEAD_u64); 64];
-    let c = retried(|| capture_noted(&mut out, 0, 0, with));
+    let c = retried(|| capture_noted(&mut out, 0, 0, with, None));
     // SAFETY: every entry was initialised with the marker, then maybe overwritten.
     let frames = out.map(|f| unsafe { f.assume_init() });
     std::hint::black_box((c, frames))
+}
+
+thread_local! {
+    /// The frames `told` was last told, and how many times it was.
+    static TOLD: std::cell::RefCell<(Vec<u64>, u32)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
+
+fn told(frames: &[u64]) {
+    TOLD.with(|t| {
+        let mut t = t.borrow_mut();
+        t.0 = frames.to_vec();
+        t.1 += 1;
+    });
+}
+
+/// One `capture_noted` from one call site, telling `told`: its frames, and whether it was
+/// told them.
+#[inline(never)]
+fn told_from_here() -> (Vec<u64>, bool) {
+    let before = TOLD.with(|t| t.borrow().1);
+    let mut out = [MaybeUninit::new(0u64); 64];
+    let c = retried(|| capture_noted(&mut out, 0, 0, None, Some(told)));
+    let frames: Vec<u64> = out[..c.n()]
+        .iter()
+        .map(|f| unsafe { f.assume_init() })
+        .collect();
+    let after = TOLD.with(|t| t.borrow().1);
+    std::hint::black_box((frames, after > before))
+}
+
+#[test]
+fn found_is_told_the_frames_of_a_walk_that_is_stored_and_only_then() {
+    let (walks, told_frames) = on_a_fresh_thread(|| {
+        let rounds = std::hint::black_box(3);
+        let walks: Vec<(Vec<u64>, bool)> = (0..rounds).map(|_| told_from_here()).collect();
+        (walks, TOLD.with(|t| t.borrow().0.clone()))
+    });
+    // The first capture walks and is stored: told exactly its frames. The next two meet
+    // its memo at their first state: nothing is stored, nothing told.
+    assert!(walks[0].0.len() > 3, "{walks:?}");
+    assert_eq!(
+        walks.iter().map(|w| w.1).collect::<Vec<_>>(),
+        [true, false, false]
+    );
+    assert_eq!(told_frames, walks[0].0);
+    assert_eq!(walks[1].0, walks[0].0);
 }
 
 #[test]
