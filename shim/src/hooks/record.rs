@@ -150,6 +150,7 @@ fn with_python(depth: usize) -> u32 {
     python::read(&mut py);
     let with = python::fingerprint::of(&py);
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
+    // No prefetch: the stack interned is the merged one, known only after the walk.
     let c = stack::capture_memo(&mut frames[..depth], Some(with), None);
     id_of(c, &frames, with, |native| intern_with_python(native, &py))
 }
