@@ -135,6 +135,17 @@ pub fn stat(line: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no stats.{key} in {line}"))
 }
 
+/// Asserts that `ours` (a report's allocator figures) has the allocated and reserved peaks
+/// of the job's line `theirs` (`torch.cuda.memory_stats()`'s `*.all.peak`).
+pub fn assert_peaks_are_pytorchs(ours: &Value, theirs: &Value) {
+    for (key, stat_key) in [
+        ("allocated_peak_bytes", "allocated_bytes.all.peak"),
+        ("reserved_peak_bytes", "reserved_bytes.all.peak"),
+    ] {
+        assert_eq!(ours[key].as_u64(), Some(stat(theirs, stat_key)), "{key}");
+    }
+}
+
 /// A line's time (`time_ns`, CLOCK_MONOTONIC) in seconds since `trace` started, as the
 /// analyzer's `--at`/`--to` take it.
 pub fn trace_seconds(trace: &Path, line: &Value) -> String {

@@ -213,11 +213,7 @@ pub fn write_device(out: &mut dyn Write, d: &DeviceNow) -> io::Result<()> {
         ),
     }?;
     if let Some(a) = &d.allocator {
-        let name = match a.framework {
-            "pytorch" => "PyTorch",
-            "tensorflow" => "TensorFlow",
-            _ => "the framework",
-        };
+        let name = crate::replay::framework_title(a.framework);
         write!(
             out,
             "  {name}: {} allocated now (peak {})",

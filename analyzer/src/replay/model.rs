@@ -197,6 +197,16 @@ pub fn framework_name(framework: u8) -> &'static str {
     }
 }
 
+/// A framework's name (`framework_name`'s, or `jax`) as the text reports write it.
+pub fn framework_title(name: &str) -> &'static str {
+    match name {
+        "pytorch" => "PyTorch",
+        "tensorflow" => "TensorFlow",
+        "jax" => "JAX",
+        _ => "the framework",
+    }
+}
+
 impl AllocatorFigures {
     pub(crate) fn apply(&mut self, t: &Tensor) {
         if t.delta >= 0 {

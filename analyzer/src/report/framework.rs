@@ -143,11 +143,7 @@ impl Framework {
             )?;
         }
         for l in &self.levels {
-            let name = match l.framework {
-                "pytorch" => "PyTorch",
-                "tensorflow" => "TensorFlow",
-                _ => "JAX",
-            };
+            let name = crate::replay::framework_title(l.framework);
             writeln!(
                 out,
                 "allocator level: {name} {} ({}): {}",

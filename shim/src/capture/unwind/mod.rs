@@ -305,7 +305,7 @@ pub fn capture_noted(
 }
 
 /// Told the frames of a walk as soon as they are all known, before the walk is stored
-/// in the memos (a copy of about a kilobyte): the caller starts what it will read next,
+/// in the memos (a copy of its states and words): the caller starts what it will read next,
 /// the stack id's slot (`intern::prefetch`), which on a program of many call paths is a
 /// miss in memory, and it arrives while the walk is stored (BENCHMARKS.md, twelfth).
 /// Not told when a memo or the first-state cache gave every frame (nothing is stored).
