@@ -326,6 +326,7 @@ fn the_simulated_suite_measures_the_programs_exactly_and_skips_the_frameworks() 
 
     // No framework here, and none would run in the simulated mode: SKIP, saying why.
     let frameworks = [
+        "torchjob",
         "torch_default_train",
         "torch_default_oom",
         "torch_expandable_train",
@@ -345,7 +346,7 @@ fn the_simulated_suite_measures_the_programs_exactly_and_skips_the_frameworks() 
         let row = map
             .get(name)
             .unwrap_or_else(|| panic!("no row {name} in:\n{stdout}"));
-        let framework = name.split('_').next().unwrap();
+        let framework = name.split('_').next().unwrap().trim_end_matches("job");
         assert_eq!(row.status, "SKIP", "{name}: {row:?}");
         assert!(
             row.reason.contains(&format!("cannot import {framework} ("))

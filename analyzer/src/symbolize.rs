@@ -360,6 +360,19 @@ impl<'a> Symbolizer<'a> {
             .collect()
     }
 
+    /// The module paths of stack `id`'s native frames, innermost first (None for a frame
+    /// in no known module): what a stack ran through, read without symbols.
+    pub fn native_modules(&self, id: u64) -> Vec<Option<&'a str>> {
+        let (stacks, modules) = (self.stacks, self.modules);
+        let Some(info) = stacks.get(&id) else {
+            return Vec::new();
+        };
+        (info.frames.iter())
+            .filter(|&&a| as_python_frame(a).is_none())
+            .map(|&a| (self.module_for(a, info.first_use_ns)).map(|i| modules[i].path.as_str()))
+            .collect()
+    }
+
     /// The module record covering `address`: if several (a range reused after dlclose),
     /// the latest loaded at or before `when`, else the latest.
     fn module_for(&self, address: u64, when: Option<u64>) -> Option<usize> {

@@ -37,6 +37,10 @@ pub enum Shown {
 /// Library file names (their start) that are PyTorch's own.
 const TORCH_LIBRARIES: &[&str] = &["libc10", "libtorch", "libcaffe2"];
 
+/// What an allocator's call passes through on its way to the memory, never the allocator:
+/// the CUDA and HIP runtimes and drivers, and the profiler's own hooks.
+const CALLEES: &[&str] = &["libcudart", "libcuda.", "libamdhip64", "libgpumemprof"];
+
 /// Libraries whose outermost frames start the process or a thread.
 const START_UP_LIBRARIES: &[&str] = &["libc.so", "libc-", "libstdc++", "libpthread", "ld-linux"];
 
@@ -163,6 +167,23 @@ pub fn python(file: &str, function: &str) -> Shown {
     }
 }
 
+/// Whether a device allocation was made by PyTorch's caching allocator, from its stack's
+/// native modules (innermost first, `Symbolizer::native_modules`): the innermost frame in
+/// a known module outside the CUDA and HIP runtimes (and the hooks) is one of PyTorch's. A
+/// library that allocates for itself (cuBLAS's own workspace, NCCL's buffers) has its own
+/// frame there. `None` when no frame says (no stack captured).
+pub fn by_torch_allocator(modules: &[Option<&str>]) -> Option<bool> {
+    fn name(m: &str) -> &str {
+        Path::new(m)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(m)
+    }
+    (modules.iter().flatten().map(|m| name(m)))
+        .find(|n| !CALLEES.iter().any(|c| n.starts_with(c)))
+        .map(|n| TORCH_LIBRARIES.iter().any(|t| n.starts_with(t)))
+}
+
 /// Whether an outermost native frame starts the process or a thread.
 pub fn start_up(module: Option<&str>, function: Option<&str>) -> bool {
     if function.is_some_and(|f| START_UP_FUNCTIONS.contains(&f)) {
@@ -241,6 +262,30 @@ mod tests {
 
     const CPU: Option<&str> = Some("/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so");
     const C10: Option<&str> = Some("/venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so");
+
+    /// The stacks of a real job on an H100 (torch 2.11, CUDA 13): PyTorch's segments
+    /// under `libc10_cuda`, cuBLAS's own 64 MiB workspace under `libcublas` called from
+    /// `libtorch_cuda`.
+    #[test]
+    fn a_segment_is_the_torch_allocators_when_its_innermost_caller_is_pytorchs() {
+        let lib = |name: &'static str| Some(name);
+        let cudart = lib("/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13");
+        let shim = lib("/opt/gpumemprof/libgpumemprof.so");
+        let c10 = lib("/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so");
+        let torch_cuda = lib("/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so");
+        let cublas = lib("/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13");
+        let driver = lib("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+        assert_eq!(by_torch_allocator(&[c10, torch_cuda]), Some(true));
+        assert_eq!(by_torch_allocator(&[shim, cudart, None, c10]), Some(true));
+        assert_eq!(by_torch_allocator(&[driver, c10]), Some(true));
+        assert_eq!(
+            by_torch_allocator(&[cudart, cublas, cublas, torch_cuda, c10]),
+            Some(false)
+        );
+        assert_eq!(by_torch_allocator(&[lib("/w/train"), c10]), Some(false));
+        assert_eq!(by_torch_allocator(&[shim, cudart, None]), None);
+        assert_eq!(by_torch_allocator(&[]), None);
+    }
 
     #[test]
     fn pytorch_frames_are_ops_nodes_workspaces_or_hidden() {

@@ -504,6 +504,7 @@ fn info_of_a_trace_shows_its_header_and_api_counts() {
     let trace = write_trace(&dir, "run.trace", &[r]);
     let v = json_of(&["info", p(&trace)], 0, "info-trace");
     assert_eq!(v["header"]["start_time_utc"], "2026-01-02T03:04:05Z");
+    assert_eq!(v["header"]["start_monotonic_ns"], 1000);
     assert_eq!(v["header"]["rank"], "3");
     assert_eq!(
         v["header"]["env"],

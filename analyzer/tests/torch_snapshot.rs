@@ -415,3 +415,98 @@ fn stdout_an_existing_file_and_a_bad_trace_are_refused() {
     assert_eq!(out.status.code(), Some(5));
     assert!(!target.exists());
 }
+
+/// A trace with PyTorch's tensors where a library also allocates for itself (seen on an
+/// H100 with torch 2.11 and CUDA 13: cuBLAS's own 64 MiB workspace, `cudaMalloc` from
+/// `libcublas.so.13`): PyTorch's snapshot has only its caching allocator's segments, so
+/// ours leaves the library's allocation out, its entries too. Segment 1 (2 MiB, stack 1 in
+/// `libc10_cuda.so`) holds a 512-byte tensor; segment 2 (64 MiB, stack 2 in
+/// `libcublas.so.13`) is cuBLAS's.
+#[test]
+fn a_librarys_own_allocation_is_not_one_of_pytorchs_segments() {
+    use gpumemprof_format::{Module, Tensor, FRAMEWORK_PYTORCH};
+    let dir = TempDir::new("torch_snapshot", "library");
+    let (c10, cublas) = (0x7f00_0000_0000u64, 0x7f10_0000_0000u64);
+    let module = |start: u64, path: &str| {
+        Record::Module(Module {
+            time_ns: 0,
+            bias: start,
+            start,
+            end: start + 0x10_0000,
+            path: path.to_owned(),
+            build_id: Vec::new(),
+        })
+    };
+    let (ours, theirs) = (0x1000_0000u64, 0x2000_0000u64);
+    let trace = write_trace(
+        &dir,
+        &[
+            module(
+                c10,
+                "/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so",
+            ),
+            module(
+                cublas,
+                "/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13",
+            ),
+            Record::Stack {
+                id: 1,
+                frames: vec![c10 + 0x1000],
+            },
+            Record::Stack {
+                id: 2,
+                frames: vec![cublas + 0x2000, c10 + 0x1000],
+            },
+            dev(1, 0, ours, 2 * MIB, 1),
+            dev(2, 0, theirs, 64 * MIB, 2),
+            Record::Tensor(Tensor {
+                time_ns: 3000,
+                tid: 1,
+                framework: FRAMEWORK_PYTORCH,
+                device: 0,
+                address: ours,
+                delta: 512,
+                allocated: 512,
+                reserved: 2 * MIB,
+                stack: 1,
+            }),
+            end(10),
+        ],
+    );
+    let out_path = dir.join("snap.pickle");
+    let out = export(&trace, p(&out_path), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("2 trace entries on 1 device, 1 segment live at the end"),
+        "{stderr}"
+    );
+    let v = snapshot_json(&out_path);
+    let actions: Vec<(String, u64)> = (v["device_traces"][0].as_array().expect("entries"))
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["addr"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("segment_alloc".to_owned(), ours),
+            ("alloc".to_owned(), ours)
+        ]
+    );
+    let segments = v["segments"].as_array().expect("segments");
+    assert_eq!(segments.len(), 1);
+    assert_eq!(segments[0]["address"], ours);
+    let blocks: Vec<(u64, &str)> = (segments[0]["blocks"].as_array().expect("blocks"))
+        .iter()
+        .map(|b| (b["size"].as_u64().unwrap(), b["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        blocks,
+        [(512, "active_allocated"), (2 * MIB - 512, "inactive")]
+    );
+}

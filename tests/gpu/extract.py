@@ -47,6 +47,20 @@ def count_of_size(groups, size):
     return count, count * size
 
 
+def line_of(group, file_suffix):
+    """The line of the group's innermost frame in `file_suffix` (None if none)."""
+    frame = first_frame_in(group.get("frames"), file_suffix)
+    return frame.get("line") if frame else None
+
+
+def of_blocks_of(group, size, slack):
+    """Whether a group is made only of allocator blocks for requests of `size` bytes: each
+    at least `size` and less than `size + slack` (an allocator that keeps a remainder
+    under `slack` in the block it hands out)."""
+    count, total = group["count"], group["bytes"]
+    return bool(count) and count * size <= total < count * (size + slack)
+
+
 def split_by_module(entries, needle):
     """(bytes whose stack passes through a module whose path contains `needle`, the rest).
     Needs stacks with every frame (`--frames 0`)."""

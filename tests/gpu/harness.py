@@ -109,11 +109,12 @@ class Suite:
         overhead = self.sections.get("overhead")
         if overhead:
             lines.append("")
-            lines.append("PyTorch step time (median), without and with the shim:")
-            lines.append("mode        steps  without_ms  with_ms  overhead")
+            lines.append("PyTorch step time (median over runs of each run's median step), "
+                         "without and with the shim, runs in turn:")
+            lines.append("mode        runs  steps  without_ms  with_ms  overhead")
             for row in overhead:
-                lines.append("%-10s  %5d  %10.3f  %7.3f  %+7.1f%%" % (
-                    row["mode"], row["steps"], row["median_ms_without"],
+                lines.append("%-10s  %4d  %5d  %10.3f  %7.3f  %+7.1f%%" % (
+                    row["mode"], row.get("runs", 1), row["steps"], row["median_ms_without"],
                     row["median_ms_with"], row["overhead_pct"]))
         return "\n".join(lines)
 

@@ -11,10 +11,12 @@ Environment (run.sh sets the first three):
                                          rules run on tests/gpu/canned/
   GPUMEMPROF_GPU_SUITE_WORK              scratch folder for builds, traces and reports
                                          (default: a new folder under /tmp)
-  GPUMEMPROF_GPU_SUITE_ONLY              comma list of groups to run (cuda, cudarc, torch,
+  GPUMEMPROF_GPU_SUITE_ONLY              comma list of groups to run (torchjob, cuda, cudarc, torch,
                                          jax, cupy, canned); default all
   GPUMEMPROF_GPU_SUITE_MAX_OVERHEAD_PCT  the step-time overhead budget per PyTorch mode (10)
   GPUMEMPROF_GPU_SUITE_STEPS             timed PyTorch training steps per run (300)
+  GPUMEMPROF_GPU_SUITE_PAIRS             runs without and with the shim, in turn, per
+                                         PyTorch mode for the overhead check (3)
   GPUMEMPROF_GPU_SUITE_PYTHON            the Python with the frameworks (default: this one)
 """
 
@@ -28,9 +30,10 @@ import tempfile  # noqa: E402
 import canned  # noqa: E402
 import frameworks  # noqa: E402
 import native  # noqa: E402
+import torch_job  # noqa: E402
 from harness import Suite, Tools, fail, log, problem  # noqa: E402
 
-GROUPS = ("cuda", "cudarc", "torch", "jax", "cupy", "canned")
+GROUPS = ("torchjob", "cuda", "cudarc", "torch", "jax", "cupy", "canned")
 
 
 def main():
@@ -65,6 +68,8 @@ def main():
 
     client = os.environ.get("GPUMEMPROF_CUDARC_CLIENT")
     groups = (
+        ("torchjob", "PyTorch training job of issue #30 (tests/programs/torch_train.py)",
+         lambda: torch_job.torch_job_checks(tools, frameworks.probe)),
         ("cuda", "CUDA C programs (leak, out-of-memory), static and shared cudart",
          lambda: native.cuda_checks(tools)),
         ("cudarc", "cudarc client", lambda: native.cudarc_checks(tools, client)),

@@ -109,6 +109,9 @@ pub struct HeaderFacts {
     pub start_time_unix_ns: Option<u64>,
     /// `start_time_unix_ns` as UTC, `2026-01-02T03:04:05Z`.
     pub start_time_utc: Option<String>,
+    /// CLOCK_MONOTONIC when the trace started: a program's own `time.monotonic_ns()` minus
+    /// this is the `--at`/`--to` of that moment.
+    pub start_monotonic_ns: Option<u64>,
     /// The shim's settings (`GPUMEMPROF_*` as it read them).
     pub config: serde_json::Value,
     /// The environment variables the shim records (an allow-list, never the whole
@@ -242,6 +245,7 @@ pub fn header_facts(header: &serde_json::Value) -> HeaderFacts {
         exe: header_str(header, "exe").map(str::to_owned),
         start_time_unix_ns: start,
         start_time_utc: start.map(utc),
+        start_monotonic_ns: header.get("start_monotonic_ns").and_then(|v| v.as_u64()),
         config: header
             .get("config")
             .cloned()

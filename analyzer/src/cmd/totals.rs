@@ -187,7 +187,8 @@ pub fn leaks(
         if by {
             report.by_range = Some(by_range::leaks(r, top));
         }
-        let total = report.total_bytes;
+        // The program's own leak: not the workspaces the framework keeps to the end.
+        let total = report.total_bytes - report.workspaces_bytes;
         (
             report,
             leaks::write_text,

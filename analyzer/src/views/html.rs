@@ -236,16 +236,25 @@ fn summary(h: &mut String, p: &Page) {
         .as_ref()
         .map(|t| format!("; {} freed only at exit", units::bytes(t.freed_bytes)))
         .unwrap_or_default();
+    // The program's own leak: the workspaces a framework keeps to the end are said apart.
+    let own = l.total_bytes - l.workspaces_bytes;
+    let workspaces = if l.workspaces_count > 0 {
+        format!(
+            "; besides, {} of library workspaces kept for the process's life",
+            units::bytes(l.workspaces_bytes)
+        )
+    } else {
+        String::new()
+    };
     card(
         h,
         "leaked",
-        &units::bytes(l.total_bytes),
+        &units::bytes(own),
         &format!(
-            "{} B in {}{freed_at_exit}",
-            l.total_bytes,
-            units::plural(l.total_count, one, many)
+            "{own} B in {}{freed_at_exit}{workspaces}",
+            units::plural(l.total_count - l.workspaces_count, one, many)
         ),
-        l.total_bytes > 0,
+        own > 0,
     );
     card(
         h,
@@ -462,10 +471,20 @@ fn leaks(h: &mut String, p: &Page) {
     let (one, many) = l.level.count_words();
     let _ = write!(
         h,
-        "<p class=\"note\">{} in {} live {}, grouped by call stack and kind, largest first.</p>",
+        "<p class=\"note\">{} in {} live {}, grouped by call stack and kind, largest first{}.</p>",
         esc(&units::bytes_exact(l.total_bytes)),
         units::plural(l.total_count, one, many),
-        esc(&when)
+        esc(&when),
+        if l.workspaces_count > 0 {
+            format!(
+                "; the last {} ({}) are library workspaces the framework keeps for the \
+                 process's life",
+                units::plural(l.workspaces_count, one, many),
+                esc(&units::bytes(l.workspaces_bytes))
+            )
+        } else {
+            String::new()
+        }
     );
     if l.groups.is_empty() {
         h.push_str("<p>Nothing was live at the end.</p></section>\n");

@@ -35,6 +35,8 @@ pub(super) struct SnapshotWriter<'s, 'a, W: Write> {
     pub(super) frames: HashMap<(String, String, u32), Memo>,
     pub(super) start_unix_ns: u64,
     pub(super) entries: u64,
+    /// Whether each stack's device allocations are PyTorch's caching allocator's, by id.
+    torchs: FastMap<u64, bool>,
 }
 
 impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
@@ -46,6 +48,18 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
             frames: HashMap::new(),
             start_unix_ns,
             entries: 0,
+            torchs: FastMap::default(),
+        })
+    }
+
+    /// Whether a device allocation of `stack` is one of PyTorch's segments, in a trace
+    /// with its tensors: made by its caching allocator (`torch_frames::by_torch_allocator`;
+    /// a stack that does not say counts as PyTorch's). A library's own allocation (cuBLAS's
+    /// workspace on CUDA 13, NCCL's buffers) is not in PyTorch's snapshot.
+    pub(super) fn torchs(&mut self, stack: u64) -> bool {
+        let sym = &*self.sym;
+        *(self.torchs.entry(stack)).or_insert_with(|| {
+            crate::torch_frames::by_torch_allocator(&sym.native_modules(stack)).unwrap_or(true)
         })
     }
 
@@ -56,21 +70,29 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
         self.p.empty_list()
     }
 
-    /// Closes `device_traces` and writes `segments`: one per allocation in `live`. With
-    /// `tensors` (live tensors, sorted by device and address as `live` is), a segment's
-    /// blocks are the tensors inside it; without, the segment is one block.
+    /// Closes `device_traces` and writes `segments`: one per allocation in `live`, and
+    /// returns how many. With `tensors` (the trace has a framework's tensors: `live` ones,
+    /// sorted by device and address as `live` is), only PyTorch's own allocations are
+    /// segments (`torchs`), and a segment's blocks are the tensors inside it; without, the
+    /// segment is one block.
     pub(super) fn segments(
         &mut self,
         live: &[&LiveAlloc],
-        tensors: &[&LiveAlloc],
+        tensors: Option<&[&LiveAlloc]>,
         extras: &Extras,
-    ) -> io::Result<()> {
+    ) -> io::Result<u64> {
         self.p.setitem()?;
         self.p.str_memo("segments")?;
         self.p.empty_list()?;
         let mut batch = 0;
         let mut next = 0;
+        let mut written = 0;
+        let tensors_in_trace = tensors.is_some();
+        let tensors = tensors.unwrap_or(&[]);
         for a in live {
+            if tensors_in_trace && !self.torchs(a.stack) {
+                continue;
+            }
             self.p.begin_item(&mut batch)?;
             let (stream, mapped) = extras.get(a);
             let end = a.address.saturating_add(a.size);
@@ -88,12 +110,14 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
             {
                 next += 1;
             }
-            let inside = (!tensors.is_empty()).then(|| &tensors[first..next]);
+            let inside = tensors_in_trace.then(|| &tensors[first..next]);
             self.segment(a, stream, mapped, inside)?;
             self.p.end_item(&mut batch)?;
+            written += 1;
         }
         self.p.end_items(&mut batch)?;
-        self.p.setitem()
+        self.p.setitem()?;
+        Ok(written)
     }
 
     /// Ends the pickle; returns the number of trace entries written.
@@ -418,6 +442,9 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
                 }
                 LiveChange::Added(a) if a.device == self.device && exported(a.kind, a.device) => {
                     let (stream, mapped) = self.extras.added(a);
+                    if self.tensors && !self.w.torchs(a.stack) {
+                        continue;
+                    }
                     let segment = if mapped {
                         "segment_map"
                     } else {
@@ -432,6 +459,9 @@ impl<W: Write> Observer for DeviceEntries<'_, '_, '_, W> {
                     if a.device == self.device && exported(a.kind, a.device) =>
                 {
                     let (stream, mapped) = self.extras.released(a);
+                    if self.tensors && !self.w.torchs(a.stack) {
+                        continue;
+                    }
                     let requested = self.free_stack(a);
                     let segment = if mapped {
                         "segment_unmap"

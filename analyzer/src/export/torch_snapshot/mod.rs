@@ -236,8 +236,12 @@ pub fn write<R: Read + Send, W: Write>(
     live.sort_by_key(|a| (a.device, a.address, a.time_ns));
     let mut tensors: Vec<&LiveAlloc> = r.live.iter().filter(|a| tensor(a.kind, a.device)).collect();
     tensors.sort_by_key(|a| (a.device, a.address, a.time_ns));
-    w.segments(&live, &tensors, &survey.extras)
-        .map_err(Error::Output)?;
+    let segments = (w.segments(
+        &live,
+        survey.tensors.then_some(&tensors[..]),
+        &survey.extras,
+    ))
+    .map_err(Error::Output)?;
     let entries = w.finish().map_err(Error::Output)?;
     crate::input::warn_all(sym.take_warnings());
 
@@ -251,7 +255,7 @@ pub fn write<R: Read + Send, W: Write>(
     };
     Ok(Written {
         entries,
-        segments: live.len() as u64,
+        segments,
         devices: survey.devices.len(),
         left_out_pinned: left_out(true),
         left_out_unknown_device: left_out(false),

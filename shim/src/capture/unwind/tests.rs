@@ -264,7 +264,12 @@ fn told_from_here() -> (Vec<u64>, bool) {
 fn found_is_told_the_frames_of_a_walk_that_is_stored_and_only_then() {
     let (walks, told_frames) = on_a_fresh_thread(|| {
         let rounds = std::hint::black_box(3);
-        let walks: Vec<(Vec<u64>, bool)> = (0..rounds).map(|_| told_from_here()).collect();
+        // One call site for every round (`collect` takes its first item from a call of
+        // its own: another stack).
+        let mut walks: Vec<(Vec<u64>, bool)> = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            walks.push(told_from_here());
+        }
         (walks, TOLD.with(|t| t.borrow().0.clone()))
     });
     // The first capture walks and is stored: told exactly its frames. The next two meet
