@@ -77,6 +77,20 @@ fn one_error_in_pytorchs_words(job: &Job, trace: &Path, attempts_api: &str) -> V
     assert_eq!(f["site"]["line"], source_line_of(SCRIPT, "# REQUEST"));
     let t = &oom["pytorch"];
     assert_eq!(t["message"].as_str(), Some(pytorchs_message(job).as_str()));
+    // Worded as the package the job ran, read from its version.py.
+    let version_py = std::fs::read_to_string(
+        gpumemprof_tests::torch_package::package()
+            .site
+            .join("torch/version.py"),
+    )
+    .expect("torch/version.py");
+    assert!(
+        version_py.contains(&format!(
+            "__version__ = '{}'",
+            t["torch_version"].as_str().expect("torch_version")
+        )),
+        "{version_py}"
+    );
     // PyTorch's figures just before the request.
     let before = job.event("before");
     assert_eq!(

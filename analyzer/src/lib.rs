@@ -32,6 +32,7 @@ pub mod term;
 pub mod timeline;
 pub mod torch_conf;
 pub mod torch_frames;
+pub mod torch_version;
 pub mod units;
 pub mod views;
 pub mod whatif;

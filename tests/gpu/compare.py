@@ -109,6 +109,24 @@ def median_ms(seconds):
     return statistics.median(seconds) * 1000.0 if seconds else 0.0
 
 
+OOM_PREFIX = "CUDA out of memory. "
+
+
+def message_check(name, theirs, ours):
+    """Our rendition of PyTorch's refusal (`oom`'s `pytorch.message`) against the message
+    of the exception PyTorch raised, after its "CUDA out of memory. ": every sentence, as
+    its version words them."""
+    want = theirs[len(OOM_PREFIX):] if theirs.startswith(OOM_PREFIX) else theirs
+    if want == ours:
+        return Check(name, digest([want]), digest([ours]), PASS,
+                     "the exception's message, byte for byte (%d characters)" % len(want))
+    at = next((i for i, (a, b) in enumerate(zip(want, ours)) if a != b),
+              min(len(want), len(ours)))
+    return Check(name, digest([want]), digest([ours]), FAIL,
+                 "differs from character %d: PyTorch %r, ours %r" % (
+                     at, want[at:at + 80], ours[at:at + 80]))
+
+
 def torch_train(prefix, mode, plain, profiled, measured, leak_line, budget_pct):
     """Rows of one allocator mode's training run: peak and live against memory_stats, the
     deliberate leak, the loss curve with and without the shim, and the step-time overhead.
@@ -250,6 +268,8 @@ def torch_oom(prefix, mode, report, measured):
                              "error (%s: %s)" % (error["type"], short)))
         rows.append(equal(name + "live", kept, live, "the tensors the script kept"))
         rows.append(skip(name + "message_reserved", "no caching, so nothing reserved"))
+    if mode in CACHING and "message" in measured:
+        rows.append(message_check(name + "message", message, measured["message"]))
     return rows
 
 

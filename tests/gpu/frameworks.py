@@ -150,8 +150,12 @@ def oom_measured(tools, trace):
     if failure.get("kind") == "tensor" and attempts.get("api"):
         api, size = attempts["api"], attempts["size"]
         live_bytes = (report.get("pytorch") or {}).get("reserved_bytes", live_bytes)
-    return {"api": api, "size": size, "mem_free": failure["mem_free_bytes"] or 0,
-            "live_bytes": live_bytes, "live_count": live["count"]}
+    measured = {"api": api, "size": size, "mem_free": failure["mem_free_bytes"] or 0,
+                "live_bytes": live_bytes, "live_count": live["count"]}
+    message = (report.get("pytorch") or {}).get("message")
+    if message is not None:
+        measured["message"] = message
+    return measured
 
 
 def time_pairs(tools, mode, env, plain, prof):

@@ -207,6 +207,10 @@ pub struct TorchAtFailure {
     /// composed it: for its refusal only (`null` for a failed CUDA call, after which PyTorch
     /// may still have recovered).
     pub message: Option<String>,
+    /// The torch version whose wording `message` follows (`2.11.0+cu130`), read from its
+    /// package beside the `libc10` the trace loaded; null when that package is not on this
+    /// machine (2.15's wording) or for a failed CUDA call.
+    pub torch_version: Option<String>,
     /// The tensors live at the failure by call stack, largest first, at most `--top`.
     pub sites: Vec<TensorSite>,
 }

@@ -69,7 +69,13 @@ pub fn write_text(r: &OomReport, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "{}", r.verdict)?;
     if let Some(t) = &r.pytorch {
         if let Some(m) = &t.message {
-            writeln!(out, "PyTorch's error: CUDA out of memory. {m}")?;
+            // Its closing advice depends on the version: say so when it is not known.
+            let words = if t.torch_version.is_some() {
+                ""
+            } else {
+                " (as torch 2.15 words it)"
+            };
+            writeln!(out, "PyTorch's error{words}: CUDA out of memory. {m}")?;
         }
         for (n, s) in t.sites.iter().enumerate() {
             writeln!(

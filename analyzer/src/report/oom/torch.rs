@@ -4,8 +4,9 @@
 //! segments, and any other allocation of the process on that device). For the block
 //! PyTorch's allocator refused (a failure of kind `tensor`, from
 //! `c10::reportOutOfMemoryToProfiler`), allocated and reserved are the allocator's own
-//! totals it reported with it, and `message` is its `OutOfMemoryError`'s message as torch
-//! 2.15 composes it, with the same numbers and rounding (c10's `format_size`): the segment
+//! totals it reported with it, and `message` is its `OutOfMemoryError`'s message as the
+//! trace's torch composes it (`torch_version`; 2.15's wording when its package is not on
+//! this machine), with the same numbers and rounding (c10's `format_size`): the segment
 //! it tried to allocate (`get_allocation_size` of the block), the device's total and free
 //! memory, this process's memory in use from the NVML sample taken at the failure (when
 //! NVML was sampled), allocated and reserved-but-unallocated, and the closing advice, which
@@ -21,9 +22,11 @@ use super::scan::Moment;
 use crate::report::level::site;
 use crate::symbolize::Symbolizer;
 use crate::torch_conf::AllocConf;
+use crate::torch_version::TorchVersion;
 
-/// What torch 2.15 adds after "... reserved by PyTorch but unallocated.", with expandable
-/// segments off and on.
+/// What torch adds after "... reserved by PyTorch but unallocated.": the fragmentation
+/// advice, and, from 2.15 with expandable segments on, the advice on address space instead
+/// (`closing_advice`).
 const ADVICE: &str = " If reserved but unallocated memory is large try setting \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation \
     for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html\
@@ -82,6 +85,9 @@ pub fn at_failure(
     }
     let known = call.mem_total > 0;
     let cached = reserved.saturating_sub(allocated);
+    let version = refused
+        .then(|| crate::torch_version::of_modules(&r.modules))
+        .flatten();
     let message = refused.then(|| {
         let mut m = format!(
             "Tried to allocate {}.",
@@ -108,11 +114,7 @@ pub fn at_failure(
             format_size(allocated),
             format_size(cached)
         ));
-        m.push_str(if conf.expandable_segments {
-            ADVICE_EXPANDABLE
-        } else {
-            ADVICE
-        });
+        m.push_str(closing_advice(conf, version.as_ref()));
         m
     });
     Some(TorchAtFailure {
@@ -130,6 +132,7 @@ pub fn at_failure(
         device_total_bytes: known.then_some(call.mem_total),
         device_free_bytes: known.then_some(call.mem_free),
         message,
+        torch_version: version.map(|v| v.text),
         sites: sites
             .into_iter()
             .map(|(stack, (bytes, count))| TensorSite {
@@ -141,6 +144,19 @@ pub fn at_failure(
             })
             .collect(),
     })
+}
+
+/// The closing advice of PyTorch's message: with expandable segments on, torch 2.15 gives
+/// the address-space advice; 2.11 (seen on an H100, 2026-11-26) the fragmentation advice
+/// whatever the setting, and so do the versions between (not checked). A torch not on
+/// this machine is taken as 2.15, the version the tests pin.
+fn closing_advice(conf: &AllocConf, version: Option<&TorchVersion>) -> &'static str {
+    let newer = version.is_none_or(|v| (v.major, v.minor) >= (2, 15));
+    if conf.expandable_segments && newer {
+        ADVICE_EXPANDABLE
+    } else {
+        ADVICE
+    }
 }
 
 /// The cause of a refused block, in PyTorch's terms (docs/REPORTS.md lists the rules in
@@ -239,5 +255,32 @@ mod tests {
         assert_eq!(format_size(8 << 20), "8.00 MiB");
         assert_eq!(format_size(1 << 30), "1024.00 MiB");
         assert_eq!(format_size(64 << 30), "64.00 GiB");
+    }
+
+    use super::{closing_advice, AllocConf, TorchVersion, ADVICE, ADVICE_EXPANDABLE};
+
+    fn version(minor: u32) -> TorchVersion {
+        TorchVersion {
+            major: 2,
+            minor,
+            text: format!("2.{minor}.0"),
+        }
+    }
+
+    /// What torch 2.11 printed on an H100 with expandable segments on, and 2.15 on the
+    /// simulated GPU: the closing advice is the version's.
+    #[test]
+    fn the_closing_advice_is_the_versions() {
+        let on = AllocConf {
+            expandable_segments: true,
+            ..AllocConf::default()
+        };
+        let off = AllocConf::default();
+        assert_eq!(closing_advice(&on, Some(&version(11))), ADVICE);
+        assert_eq!(closing_advice(&on, Some(&version(15))), ADVICE_EXPANDABLE);
+        assert_eq!(closing_advice(&on, Some(&version(16))), ADVICE_EXPANDABLE);
+        assert_eq!(closing_advice(&on, None), ADVICE_EXPANDABLE);
+        assert_eq!(closing_advice(&off, Some(&version(15))), ADVICE);
+        assert_eq!(closing_advice(&off, None), ADVICE);
     }
 }
