@@ -146,6 +146,23 @@ fn every_step_agrees_with_torch_memory_stats_and_pytorchs_own_snapshot() {
         tensors["peak_bytes"].as_u64(),
         Some(stat(last, "allocated_bytes.all.peak"))
     );
+    // Device memory at its peak by the library that asked: only PyTorch's allocator here
+    // (the stand-in cuBLAS allocates nothing), its reserved peak in its segments (none is
+    // released: those at the peak are those after the last step).
+    let libraries = summary["libraries_at_peak"].as_array().expect("libraries");
+    assert_eq!(libraries.len(), 1, "{libraries:?}");
+    assert_eq!(
+        (
+            libraries[0]["library"].as_str(),
+            libraries[0]["bytes"].as_u64(),
+            libraries[0]["count"].as_u64()
+        ),
+        (
+            Some("libc10_cuda.so"),
+            Some(stat(last, "reserved_bytes.all.peak")),
+            Some(stat(last, "segment.all.current"))
+        )
+    );
 }
 
 /// The function names of a report's frames, with their files where they have one.

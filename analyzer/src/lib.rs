@@ -22,6 +22,7 @@ pub mod kinds;
 pub mod live;
 pub mod nvml;
 pub mod observe;
+pub mod owner;
 pub mod process;
 pub mod replay;
 pub mod report;

@@ -37,10 +37,6 @@ pub enum Shown {
 /// Library file names (their start) that are PyTorch's own.
 const TORCH_LIBRARIES: &[&str] = &["libc10", "libtorch", "libcaffe2"];
 
-/// What an allocator's call passes through on its way to the memory, never the allocator:
-/// the CUDA and HIP runtimes and drivers, and the profiler's own hooks.
-const CALLEES: &[&str] = &["libcudart", "libcuda.", "libamdhip64", "libgpumemprof"];
-
 /// Libraries whose outermost frames start the process or a thread.
 const START_UP_LIBRARIES: &[&str] = &["libc.so", "libc-", "libstdc++", "libpthread", "ld-linux"];
 
@@ -168,20 +164,10 @@ pub fn python(file: &str, function: &str) -> Shown {
 }
 
 /// Whether a device allocation was made by PyTorch's caching allocator, from its stack's
-/// native modules (innermost first, `Symbolizer::native_modules`): the innermost frame in
-/// a known module outside the CUDA and HIP runtimes (and the hooks) is one of PyTorch's. A
-/// library that allocates for itself (cuBLAS's own workspace, NCCL's buffers) has its own
-/// frame there. `None` when no frame says (no stack captured).
+/// native modules (innermost first, `Symbolizer::native_modules`): the library that asked
+/// (`owner::asking_library`) is one of PyTorch's. `None` when no frame says.
 pub fn by_torch_allocator(modules: &[Option<&str>]) -> Option<bool> {
-    fn name(m: &str) -> &str {
-        Path::new(m)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or(m)
-    }
-    (modules.iter().flatten().map(|m| name(m)))
-        .find(|n| !CALLEES.iter().any(|c| n.starts_with(c)))
-        .map(|n| TORCH_LIBRARIES.iter().any(|t| n.starts_with(t)))
+    crate::owner::asking_library(modules).map(|n| TORCH_LIBRARIES.iter().any(|t| n.starts_with(t)))
 }
 
 /// Whether an outermost native frame starts the process or a thread.

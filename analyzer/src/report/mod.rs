@@ -10,6 +10,7 @@ pub mod by_range;
 pub mod framework;
 pub mod leaks;
 pub mod level;
+pub mod libraries;
 pub mod oom;
 pub mod peak;
 pub mod summary;

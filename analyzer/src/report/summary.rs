@@ -37,6 +37,9 @@ pub struct SummaryReport {
     /// A framework allocator's own figures per device, from its tensor records (empty
     /// when the trace has none): PyTorch's allocated and reserved bytes.
     pub allocators: Vec<AllocatorRow>,
+    /// Each device's device memory at its peak by the library that asked for it
+    /// (`libraries`): PyTorch's caching allocator, a library's own, the program's.
+    pub libraries_at_peak: Vec<super::libraries::LibraryBytes>,
     /// With `--by range` only: the same memory by NVTX range.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by_range: Option<super::by_range::SummaryByRange>,
@@ -217,6 +220,7 @@ pub fn build(trace: TraceInfo, r: &Replayed) -> SummaryReport {
             .collect(),
         framework,
         allocators: r.allocators.iter().map(AllocatorRow::from).collect(),
+        libraries_at_peak: super::libraries::at_peaks(r),
         by_range: None,
     }
 }
@@ -295,6 +299,7 @@ pub fn write_text(report: &SummaryReport, out: &mut dyn Write) -> io::Result<()>
         units::secs(report.totals.peak_time_ns),
         units::bytes_exact(report.totals.live_bytes_at_end)
     )?;
+    super::libraries::write_text(&report.libraries_at_peak, out)?;
     write!(
         out,
         "unknown frees {}, failed frees {}, failed allocations {}",

@@ -1,0 +1,109 @@
+//! `summary`'s device memory at its peak by the library that asked for it, on a synthetic
+//! trace of what a PyTorch job on CUDA 13 did on an H100: PyTorch's caching allocator
+//! (`libc10_cuda.so`) held its segments, cuBLAS (`libcublas.so.13`) `cudaMalloc`ed a
+//! workspace of its own, and one allocation has no stack.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpumemprof_format::{Module, Record, FORMAT_VERSION};
+use serde_json::{json, Value};
+
+#[path = "checks/synth.rs"]
+mod synth;
+#[path = "checks/tempdir.rs"]
+mod tempdir;
+
+const MIB: u64 = 1 << 20;
+
+fn module(start: u64, path: &str) -> Record {
+    Record::Module(Module {
+        time_ns: 0,
+        bias: start,
+        start,
+        end: start + 0x10_0000,
+        path: path.to_owned(),
+        build_id: Vec::new(),
+    })
+}
+
+fn summary(trace: &Path, json: bool) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumemprof"));
+    cmd.arg("summary").arg(trace).arg("-q");
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("run gpumemprof");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Peak at 4 us: PyTorch's two segments (20 + 2 MiB), cuBLAS's 64 MiB and 1 MiB without a
+/// stack; a PyTorch segment freed before the peak does not count.
+#[test]
+fn device_memory_at_its_peak_by_the_library_that_asked() {
+    let dir = tempdir::TempDir::new("libraries", "peak");
+    let (c10, cublas, cudart) = (
+        0x7f00_0000_0000u64,
+        0x7f10_0000_0000u64,
+        0x7f20_0000_0000u64,
+    );
+    let header = json!({
+        "format": "gpumemprof", "format_version": FORMAT_VERSION, "pid": 7,
+        "argv": ["python3", "train.py"], "start_monotonic_ns": 0,
+        "start_time_unix_ns": 1_700_000_000_000_000_000u64, "config": {},
+        "apis": [{"id": 0, "name": "cudaMalloc"}, {"id": 1, "name": "cudaFree"}]
+    });
+    let trace = synth::write_trace(
+        dir.join("run.trace"),
+        &header,
+        &[
+            module(c10, "/venv/site-packages/torch/lib/libc10_cuda.so"),
+            module(
+                cublas,
+                "/venv/site-packages/nvidia/cu13/lib/libcublas.so.13",
+            ),
+            module(
+                cudart,
+                "/venv/site-packages/nvidia/cu13/lib/libcudart.so.13",
+            ),
+            Record::Stack {
+                id: 1,
+                frames: vec![cudart + 0x10, c10 + 0x1000],
+            },
+            Record::Stack {
+                id: 2,
+                frames: vec![cudart + 0x10, cublas + 0x2000, c10 + 0x1000],
+            },
+            synth::alloc(1000, 0x1000_0000, 20 * MIB, 1),
+            synth::alloc(1500, 0x3000_0000, 4 * MIB, 1),
+            synth::free(1800, 0x3000_0000),
+            synth::alloc(2000, 0x1200_0000, 2 * MIB, 1),
+            synth::alloc(3000, 0x2000_0000, 64 * MIB, 2),
+            synth::alloc(4000, 0x4000_0000, MIB, 0),
+            synth::end(5000),
+        ],
+    );
+    let v: Value = serde_json::from_str(&summary(&trace, true)).expect("JSON");
+    assert_eq!(
+        v["libraries_at_peak"],
+        json!([
+            {"device": 0, "library": "libcublas.so.13", "bytes": 64 * MIB, "count": 1},
+            {"device": 0, "library": "libc10_cuda.so", "bytes": 22 * MIB, "count": 2},
+            {"device": 0, "library": null, "bytes": MIB, "count": 1}
+        ])
+    );
+    let text = summary(&trace, false);
+    assert!(
+        text.contains(
+            "  device 0 at its peak, by the library that asked: libcublas.so.13 64.0 MiB, \
+             libc10_cuda.so (PyTorch's allocator) 22.0 MiB, no stack 1.0 MiB\n"
+        ),
+        "{text}"
+    );
+}
