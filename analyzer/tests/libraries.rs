@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gpumemprof_format::{Module, Record, FORMAT_VERSION};
+use gpumemprof_format::{Record, FORMAT_VERSION};
 use serde_json::{json, Value};
 
 #[path = "checks/synth.rs"]
@@ -15,17 +15,6 @@ mod synth;
 mod tempdir;
 
 const MIB: u64 = 1 << 20;
-
-fn module(start: u64, path: &str) -> Record {
-    Record::Module(Module {
-        time_ns: 0,
-        bias: start,
-        start,
-        end: start + 0x10_0000,
-        path: path.to_owned(),
-        build_id: Vec::new(),
-    })
-}
 
 fn summary(trace: &Path, json: bool) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumemprof"));
@@ -63,12 +52,12 @@ fn device_memory_at_its_peak_by_the_library_that_asked() {
         dir.join("run.trace"),
         &header,
         &[
-            module(c10, "/venv/site-packages/torch/lib/libc10_cuda.so"),
-            module(
+            synth::module(c10, "/venv/site-packages/torch/lib/libc10_cuda.so"),
+            synth::module(
                 cublas,
                 "/venv/site-packages/nvidia/cu13/lib/libcublas.so.13",
             ),
-            module(
+            synth::module(
                 cudart,
                 "/venv/site-packages/nvidia/cu13/lib/libcudart.so.13",
             ),

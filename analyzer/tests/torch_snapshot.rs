@@ -424,28 +424,18 @@ fn stdout_an_existing_file_and_a_bad_trace_are_refused() {
 /// `libcublas.so.13`) is cuBLAS's.
 #[test]
 fn a_librarys_own_allocation_is_not_one_of_pytorchs_segments() {
-    use gpumemprof_format::{Module, Tensor, FRAMEWORK_PYTORCH};
+    use gpumemprof_format::{Tensor, FRAMEWORK_PYTORCH};
     let dir = TempDir::new("torch_snapshot", "library");
     let (c10, cublas) = (0x7f00_0000_0000u64, 0x7f10_0000_0000u64);
-    let module = |start: u64, path: &str| {
-        Record::Module(Module {
-            time_ns: 0,
-            bias: start,
-            start,
-            end: start + 0x10_0000,
-            path: path.to_owned(),
-            build_id: Vec::new(),
-        })
-    };
     let (ours, theirs) = (0x1000_0000u64, 0x2000_0000u64);
     let trace = write_trace(
         &dir,
         &[
-            module(
+            synth::module(
                 c10,
                 "/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so",
             ),
-            module(
+            synth::module(
                 cublas,
                 "/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13",
             ),

@@ -12,7 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumemprof_format::{Alloc, AllocFailed, Free, MemKind, Record, Sample, Stats, TraceWriter};
+use gpumemprof_format::{
+    Alloc, AllocFailed, Free, MemKind, Module, Record, Sample, Stats, TraceWriter,
+};
 use serde_json::Value;
 
 /// The thread of the records below.
@@ -118,6 +120,19 @@ pub fn sample(t: u64, device: i32, process_used: u64, device_used: u64, total: u
         process_used,
         device_used,
         device_total: total,
+    })
+}
+
+/// A library loaded at `start` (1 MiB, no bias, no build id) from `path`, at time 0: its
+/// file need not exist for frames to be in it.
+pub fn module(start: u64, path: &str) -> Record {
+    Record::Module(Module {
+        time_ns: 0,
+        bias: start,
+        start,
+        end: start + 0x10_0000,
+        path: path.to_owned(),
+        build_id: Vec::new(),
     })
 }
 
