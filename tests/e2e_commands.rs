@@ -28,6 +28,30 @@ fn gpumemprof(args: &[&str]) -> Output {
         .expect("run gpumemprof")
 }
 
+/// Each thread of process `pid` (its name, as the kernel keeps it: 15 bytes) with its
+/// scheduling policy (`/proc/PID/task/TID/stat` field 41: 0 SCHED_OTHER, 3 SCHED_BATCH),
+/// sorted by name.
+fn policies(pid: &str) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc/PID/task")
+        .map(|t| {
+            let stat = std::fs::read_to_string(t.expect("task").path().join("stat")).expect("stat");
+            let (head, tail) = stat.rsplit_once(") ").expect("comm in parentheses");
+            let name = head.split_once(" (").expect("pid (comm").1.to_owned();
+            // After the comm, field 3 is the first: the policy (41) is the 39th.
+            let policy = tail
+                .split_whitespace()
+                .nth(38)
+                .expect("policy")
+                .parse()
+                .expect("number");
+            (name, policy)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
 }
@@ -469,6 +493,18 @@ fn monitor_and_track_follow_a_running_process_by_pid() {
     stdout.read_line(&mut ready).expect("read");
     assert_eq!(ready, "ready\n");
     let pid = child.id().to_string();
+    // The writer thread is a batch thread (its wake-ups never preempt the program's); the
+    // program's own threads keep their policy.
+    let threads = policies(&pid);
+    let writer: Vec<u32> = (threads.iter())
+        .filter(|t| t.0 == "gpumemprof-writ")
+        .map(|t| t.1)
+        .collect();
+    assert_eq!(writer, [3], "{threads:?}");
+    assert!(
+        threads.iter().all(|t| t.0 == "gpumemprof-writ" || t.1 == 0),
+        "{threads:?}"
+    );
 
     let out = gpumemprof(&["monitor", "--pid", &pid, "--once", "--json"]);
     assert_eq!(code(&out), Some(0), "{:?}", stderr_lines(&out));

@@ -1,7 +1,7 @@
 //! The bottom layer: what every other layer uses and nothing of the shim below it
 //! (diagnostics, the real `dlsym` and symbol lookups, the hook list, the clock, the
 //! configuration, the event as it travels to the writer, each thread's alternate signal
-//! stack, cache prefetches).
+//! stack, cache prefetches, the writer's scheduling policy).
 
 pub mod altstack;
 pub mod clock;
@@ -11,3 +11,4 @@ pub mod dl;
 pub mod event;
 pub mod hooklist;
 pub mod prefetch;
+pub mod sched;

@@ -70,6 +70,9 @@ impl Pipeline {
     /// The writer thread's body.
     pub fn run_writer(&self) {
         thread::mark_internal_thread();
+        // Its wake-ups must not preempt the program's threads (`sys::sched`); refused,
+        // it runs as any thread does.
+        let _ = crate::sys::sched::as_batch();
         self.writer_tid.store(thread::tid(), Ordering::Relaxed);
         // NVML is asked from here only (never CUDA); loading it may take a while, so
         // it happens on the first round, not before the writer starts.
