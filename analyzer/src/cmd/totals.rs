@@ -188,7 +188,7 @@ pub fn leaks(
             report.by_range = Some(by_range::leaks(r, top));
         }
         // The program's own leak: not the workspaces the framework keeps to the end.
-        let total = report.total_bytes - report.workspaces_bytes;
+        let total = report.total_bytes.saturating_sub(report.workspaces_bytes);
         (
             report,
             leaks::write_text,

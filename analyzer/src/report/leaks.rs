@@ -213,8 +213,9 @@ fn order(groups: &mut [((u64, MemKind), Group)]) -> (u64, u64) {
             .then(b.count.cmp(&a.count))
             .then(ka.cmp(kb))
     });
-    (groups.iter().filter(|(_, g)| workspaces(g)))
-        .fold((0, 0), |(b, n), (_, g)| (b + g.bytes, n + g.count))
+    (groups.iter().filter(|(_, g)| workspaces(g))).fold((0u64, 0u64), |(b, n), (_, g)| {
+        (b.saturating_add(g.bytes), n + g.count)
+    })
 }
 
 pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
@@ -263,14 +264,14 @@ pub fn write_text(report: &LeaksReport, out: &mut dyn Write) -> io::Result<()> {
         )?,
     }
     if report.workspaces_count > 0 {
-        let own = report.total_count - report.workspaces_count;
+        let own = report.total_count.saturating_sub(report.workspaces_count);
         writeln!(
             out,
             "of which {} in {} are library workspaces the framework keeps for the process's life, \
              listed last; the program's own: {} in {}",
             units::bytes(report.workspaces_bytes),
             units::plural(report.workspaces_count, one, many),
-            units::bytes_exact(report.total_bytes - report.workspaces_bytes),
+            units::bytes_exact(report.total_bytes.saturating_sub(report.workspaces_bytes)),
             units::plural(own, one, many)
         )?;
     }

@@ -237,7 +237,7 @@ fn summary(h: &mut String, p: &Page) {
         .map(|t| format!("; {} freed only at exit", units::bytes(t.freed_bytes)))
         .unwrap_or_default();
     // The program's own leak: the workspaces a framework keeps to the end are said apart.
-    let own = l.total_bytes - l.workspaces_bytes;
+    let own = l.total_bytes.saturating_sub(l.workspaces_bytes);
     let workspaces = if l.workspaces_count > 0 {
         format!(
             "; besides, {} of library workspaces kept for the process's life",
@@ -252,7 +252,7 @@ fn summary(h: &mut String, p: &Page) {
         &units::bytes(own),
         &format!(
             "{own} B in {}{freed_at_exit}{workspaces}",
-            units::plural(l.total_count - l.workspaces_count, one, many)
+            units::plural(l.total_count.saturating_sub(l.workspaces_count), one, many)
         ),
         own > 0,
     );
