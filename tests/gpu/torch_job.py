@@ -101,7 +101,6 @@ def our_layout_at(tools, trace, seconds, out):
 
 def step_checks(tools, trace, steps, work):
     checks = []
-    last = None
     for i, line in enumerate(steps):
         ours = our_layout_at(tools, trace, seconds_into(tools, trace, line),
                              os.path.join(work, "step%d.pickle" % i))
@@ -118,8 +117,7 @@ def step_checks(tools, trace, steps, work):
             equal(name + "segments", stats["segment.all.current"], len(ours),
                   "memory_stats() segment.all.current"),
         ]
-        last = ours
-    return checks, last
+    return checks
 
 
 def snapshot_check(tools, trace, lines, theirs, work):
@@ -226,7 +224,7 @@ def torch_job_checks(tools, probe):
     checks = []
     for name, part in (
             ("steps", lambda: step_checks(tools, trace, [l for l in lines
-                                                          if l["event"] == "step"], work)[0]),
+                                                          if l["event"] == "step"], work)),
             ("snapshot", lambda: [snapshot_check(tools, trace, lines, theirs, work)]),
             ("peaks", lambda: peak_checks(tools, trace, lines)),
             ("leaks", lambda: leak_checks(tools, trace))):
