@@ -1,7 +1,8 @@
 //! `summary`'s device memory at its peak by the library that asked for it, on a synthetic
 //! trace of what a PyTorch job on CUDA 13 did on an H100: PyTorch's caching allocator
 //! (`libc10_cuda.so`) held its segments, cuBLAS (`libcublas.so.13`) `cudaMalloc`ed a
-//! workspace of its own, and one allocation has no stack.
+//! workspace of its own, and one allocation has no stack; in `summary`'s JSON and text and
+//! in the HTML report.
 
 use std::path::Path;
 use std::process::Command;
@@ -87,6 +88,29 @@ fn device_memory_at_its_peak_by_the_library_that_asked() {
             {"device": 0, "library": null, "bytes": MIB, "count": 1}
         ])
     );
+    // The HTML report has the same as a table.
+    let html = dir.join("report.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumemprof"))
+        .args(["report", "-q"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .expect("run gpumemprof report");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&html).expect("report.html");
+    for row in [
+        "<tr><td>0</td><td>libcublas.so.13</td><td class=\"num\">64.0 MiB</td><td class=\"num\">1</td></tr>",
+        "<tr><td>0</td><td>libc10_cuda.so (PyTorch&#39;s allocator)</td><td class=\"num\">22.0 MiB</td><td class=\"num\">2</td></tr>",
+        "<tr><td>0</td><td>no stack</td><td class=\"num\">1.0 MiB</td><td class=\"num\">1</td></tr>",
+    ] {
+        assert!(html.contains(row), "{row} in the HTML report");
+    }
     let text = summary(&trace, false);
     assert!(
         text.contains(

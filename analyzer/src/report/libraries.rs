@@ -62,20 +62,8 @@ pub fn write_text(libraries: &[LibraryBytes], out: &mut dyn std::io::Write) -> s
         if of.len() < 2 {
             continue;
         }
-        let words: Vec<String> = of
-            .iter()
-            .map(|l| {
-                let name = match l.library.as_deref() {
-                    Some(n)
-                        if crate::torch_frames::by_torch_allocator(&[Some(n)]) == Some(true) =>
-                    {
-                        format!("{n} (PyTorch's allocator)")
-                    }
-                    Some(n) => n.to_owned(),
-                    None => "no stack".to_owned(),
-                };
-                format!("{name} {}", units::bytes(l.bytes))
-            })
+        let words: Vec<String> = (of.iter())
+            .map(|l| format!("{} {}", name(l.library.as_deref()), units::bytes(l.bytes)))
             .collect();
         writeln!(
             out,
@@ -85,4 +73,16 @@ pub fn write_text(libraries: &[LibraryBytes], out: &mut dyn std::io::Write) -> s
         )?;
     }
     Ok(())
+}
+
+/// A library as the reports name it: its file name, PyTorch's said as such; `no stack`
+/// when the stack does not say.
+pub fn name(library: Option<&str>) -> String {
+    match library {
+        Some(n) if crate::torch_frames::by_torch_allocator(&[Some(n)]) == Some(true) => {
+            format!("{n} (PyTorch's allocator)")
+        }
+        Some(n) => n.to_owned(),
+        None => "no stack".to_owned(),
+    }
 }

@@ -318,6 +318,7 @@ fn summary(h: &mut String, p: &Page) {
          reservations and VMM handles are listed but never counted as memory.</p>",
         s.unknown_frees, s.failed_frees, s.failed_allocations
     );
+    super::libraries_table::html(h, &s.libraries_at_peak);
     if !s.nvml.is_empty() {
         h.push_str(
             "<table><tr><th>NVML device</th><th class=\"num\">samples</th>\

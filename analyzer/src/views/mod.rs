@@ -9,3 +9,4 @@ pub mod flamegraph;
 pub mod html;
 pub mod inline_svg;
 pub mod kinds_table;
+pub mod libraries_table;
