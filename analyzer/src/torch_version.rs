@@ -32,8 +32,13 @@ pub fn of_modules(modules: &[Module]) -> Option<TorchVersion> {
     })
 }
 
+/// The first `max` bytes of a regular file (a trace names the path: never open a pipe or a
+/// device, which could block or never end).
 fn read_head(path: &Path, max: u64) -> Option<String> {
     use std::io::Read;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let mut s = String::new();
     (std::fs::File::open(path).ok()?.take(max))
         .read_to_string(&mut s)
@@ -100,6 +105,15 @@ mod tests {
             of_modules(&[module(Path::new("/nowhere/torch/lib/libc10.so"))]),
             None
         );
+        // A version.py that is a pipe (a trace names the path) is not read: it would block.
+        std::fs::remove_file(dir.join("torch/version.py")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("torch/version.py"))
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let c10 = module(&dir.join("torch/lib/libc10_cuda.so"));
+        assert_eq!(of_modules(&[c10]), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
