@@ -12,14 +12,14 @@ const CALLEES: &[&str] = &["libcudart", "libcuda.", "libamdhip64", "libgpumempro
 /// The file name of the module that asked, from a stack's native modules, innermost first
 /// (`Symbolizer::native_modules`); `None` when no frame says (no stack captured, or only
 /// frames in unknown modules or the runtimes).
-pub fn asking_library<'a>(modules: &[Option<&'a str>]) -> Option<&'a str> {
+pub fn asking_library<'a>(modules: impl IntoIterator<Item = Option<&'a str>>) -> Option<&'a str> {
     fn name(m: &str) -> &str {
         Path::new(m)
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or(m)
     }
-    (modules.iter().flatten().map(|&m| name(m))).find(|n| !CALLEES.iter().any(|c| n.starts_with(c)))
+    (modules.into_iter().flatten().map(name)).find(|n| !CALLEES.iter().any(|c| n.starts_with(c)))
 }
 
 #[cfg(test)]
@@ -33,17 +33,17 @@ mod tests {
         let cublas = Some("/v/nvidia/cu13/lib/libcublas.so.13");
         let c10 = Some("/v/torch/lib/libc10_cuda.so");
         assert_eq!(
-            asking_library(&[shim, cudart, None, c10]),
+            asking_library([shim, cudart, None, c10]),
             Some("libc10_cuda.so")
         );
         assert_eq!(
-            asking_library(&[cudart, cublas, c10]),
+            asking_library([cudart, cublas, c10]),
             Some("libcublas.so.13")
         );
         assert_eq!(
-            asking_library(&[Some("/usr/lib/libcuda.so.1"), Some("/w/train")]),
+            asking_library([Some("/usr/lib/libcuda.so.1"), Some("/w/train")]),
             Some("train")
         );
-        assert_eq!(asking_library(&[shim, cudart, None]), None);
+        assert_eq!(asking_library([shim, cudart, None]), None);
     }
 }

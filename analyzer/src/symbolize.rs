@@ -361,16 +361,17 @@ impl<'a> Symbolizer<'a> {
     }
 
     /// The module paths of stack `id`'s native frames, innermost first (None for a frame
-    /// in no known module): what a stack ran through, read without symbols.
-    pub fn native_modules(&self, id: u64) -> Vec<Option<&'a str>> {
-        let (stacks, modules) = (self.stacks, self.modules);
-        let Some(info) = stacks.get(&id) else {
-            return Vec::new();
-        };
-        (info.frames.iter())
+    /// in no known module): what a stack ran through, read without symbols, as far as the
+    /// caller reads.
+    pub fn native_modules(&self, id: u64) -> impl Iterator<Item = Option<&'a str>> + '_ {
+        let modules = self.modules;
+        let info = self.stacks.get(&id);
+        (info.map_or(&[][..], |i| &i.frames[..]).iter())
             .filter(|&&a| as_python_frame(a).is_none())
-            .map(|&a| (self.module_for(a, info.first_use_ns)).map(|i| modules[i].path.as_str()))
-            .collect()
+            .map(move |&a| {
+                let when = info.and_then(|i| i.first_use_ns);
+                (self.module_for(a, when)).map(|i| modules[i].path.as_str())
+            })
     }
 
     /// The module record covering `address`: if several (a range reused after dlclose),

@@ -166,8 +166,13 @@ pub fn python(file: &str, function: &str) -> Shown {
 /// Whether a device allocation was made by PyTorch's caching allocator, from its stack's
 /// native modules (innermost first, `Symbolizer::native_modules`): the library that asked
 /// (`owner::asking_library`) is one of PyTorch's. `None` when no frame says.
-pub fn by_torch_allocator(modules: &[Option<&str>]) -> Option<bool> {
-    crate::owner::asking_library(modules).map(|n| TORCH_LIBRARIES.iter().any(|t| n.starts_with(t)))
+pub fn by_torch_allocator<'a>(modules: impl IntoIterator<Item = Option<&'a str>>) -> Option<bool> {
+    crate::owner::asking_library(modules).map(is_torch_library)
+}
+
+/// Whether a library's file name is one of PyTorch's (`libc10_cuda.so`, `libtorch_cuda.so`).
+pub fn is_torch_library(name: &str) -> bool {
+    TORCH_LIBRARIES.iter().any(|t| name.starts_with(t))
 }
 
 /// Whether an outermost native frame starts the process or a thread.
@@ -261,16 +266,16 @@ mod tests {
         let torch_cuda = lib("/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so");
         let cublas = lib("/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13");
         let driver = lib("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
-        assert_eq!(by_torch_allocator(&[c10, torch_cuda]), Some(true));
-        assert_eq!(by_torch_allocator(&[shim, cudart, None, c10]), Some(true));
-        assert_eq!(by_torch_allocator(&[driver, c10]), Some(true));
+        assert_eq!(by_torch_allocator([c10, torch_cuda]), Some(true));
+        assert_eq!(by_torch_allocator([shim, cudart, None, c10]), Some(true));
+        assert_eq!(by_torch_allocator([driver, c10]), Some(true));
         assert_eq!(
-            by_torch_allocator(&[cudart, cublas, cublas, torch_cuda, c10]),
+            by_torch_allocator([cudart, cublas, cublas, torch_cuda, c10]),
             Some(false)
         );
-        assert_eq!(by_torch_allocator(&[lib("/w/train"), c10]), Some(false));
-        assert_eq!(by_torch_allocator(&[shim, cudart, None]), None);
-        assert_eq!(by_torch_allocator(&[]), None);
+        assert_eq!(by_torch_allocator([lib("/w/train"), c10]), Some(false));
+        assert_eq!(by_torch_allocator([shim, cudart, None]), None);
+        assert_eq!(by_torch_allocator([]), None);
     }
 
     #[test]

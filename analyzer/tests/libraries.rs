@@ -5,11 +5,12 @@
 //! in the HTML report.
 
 use std::path::Path;
-use std::process::Command;
 
 use gpumemprof_format::{Record, FORMAT_VERSION};
 use serde_json::{json, Value};
 
+#[path = "checks/binary.rs"]
+mod binary;
 #[path = "checks/synth.rs"]
 mod synth;
 #[path = "checks/tempdir.rs"]
@@ -17,13 +18,15 @@ mod tempdir;
 
 const MIB: u64 = 1 << 20;
 
-fn summary(trace: &Path, json: bool) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumemprof"));
-    cmd.arg("summary").arg(trace).arg("-q");
-    if json {
-        cmd.arg("--json");
-    }
-    let out = cmd.output().expect("run gpumemprof");
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// The stdout of `gpumemprof ARGS -q`, which must succeed.
+fn succeeds(args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.push("-q");
+    let out = binary::gpumemprof(&all);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -79,7 +82,8 @@ fn device_memory_at_its_peak_by_the_library_that_asked() {
             synth::end(5000),
         ],
     );
-    let v: Value = serde_json::from_str(&summary(&trace, true)).expect("JSON");
+    let v: Value =
+        serde_json::from_str(&succeeds(&["summary", path(&trace), "--json"])).expect("JSON");
     assert_eq!(
         v["libraries_at_peak"],
         json!([
@@ -90,19 +94,7 @@ fn device_memory_at_its_peak_by_the_library_that_asked() {
     );
     // The HTML report has the same as a table.
     let html = dir.join("report.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpumemprof"))
-        .args(["report", "-q"])
-        .arg(&trace)
-        .arg("-o")
-        .arg(&html)
-        .output()
-        .expect("run gpumemprof report");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(&["report", path(&trace), "-o", path(&html)]);
     let html = std::fs::read_to_string(&html).expect("report.html");
     for row in [
         "<tr><td>0</td><td>libcublas.so.13</td><td class=\"num\">64.0 MiB</td><td class=\"num\">1</td></tr>",
@@ -111,7 +103,7 @@ fn device_memory_at_its_peak_by_the_library_that_asked() {
     ] {
         assert!(html.contains(row), "{row} in the HTML report");
     }
-    let text = summary(&trace, false);
+    let text = succeeds(&["summary", path(&trace)]);
     assert!(
         text.contains(
             "  device 0 at its peak, by the library that asked: libcublas.so.13 64.0 MiB, \

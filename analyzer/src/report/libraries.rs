@@ -31,7 +31,7 @@ pub fn at_peaks(r: &Replayed) -> Vec<LibraryBytes> {
     for row in r.rows.iter().filter(|row| row.kind == MemKind::Device) {
         let mut by: HashMap<Option<&str>, (u64, u64)> = HashMap::new();
         for site in &row.peak_sites {
-            let library = crate::owner::asking_library(&sym.native_modules(site.stack));
+            let library = crate::owner::asking_library(sym.native_modules(site.stack));
             let e = by.entry(library).or_default();
             e.0 = e.0.saturating_add(site.bytes);
             e.1 += site.count;
@@ -79,7 +79,7 @@ pub fn write_text(libraries: &[LibraryBytes], out: &mut dyn std::io::Write) -> s
 /// when the stack does not say.
 pub fn name(library: Option<&str>) -> String {
     match library {
-        Some(n) if crate::torch_frames::by_torch_allocator(&[Some(n)]) == Some(true) => {
+        Some(n) if crate::torch_frames::is_torch_library(n) => {
             format!("{n} (PyTorch's allocator)")
         }
         Some(n) => n.to_owned(),

@@ -59,7 +59,7 @@ impl<'s, 'a, W: Write> SnapshotWriter<'s, 'a, W> {
     pub(super) fn torchs(&mut self, stack: u64) -> bool {
         let sym = &*self.sym;
         *(self.torchs.entry(stack)).or_insert_with(|| {
-            crate::torch_frames::by_torch_allocator(&sym.native_modules(stack)).unwrap_or(true)
+            crate::torch_frames::by_torch_allocator(sym.native_modules(stack)).unwrap_or(true)
         })
     }
 
