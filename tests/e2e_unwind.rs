@@ -210,7 +210,8 @@ fn reused_stack_ids_name_the_same_frames_as_libgcc_finds() {
 
 /// The records of `name args` with `GPUMEMPROF_UNWIND=mode`.
 fn records_unwound(name: &str, args: &[&str], mode: &str) -> Vec<Record> {
-    let dir = scratch(&format!("unwind_reuse_{name}_{mode}"));
+    // A directory per run: tests run the same program with other arguments at once.
+    let dir = scratch(&format!("unwind_reuse_{name}_{}_{mode}", args.join("_")));
     let run = run_profiled(&dir, name, args, &[("GPUMEMPROF_UNWIND", mode)]);
     assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
     decode(&run.trace).1
@@ -229,6 +230,22 @@ fn ids_reused_from_the_first_state_cache_name_the_same_frames_as_libgcc_finds() 
     // 14 different stacks: 7 paths, an allocation's and a free's each.
     let distinct: std::collections::HashSet<_> = fast.iter().collect();
     assert_eq!(distinct.len(), 14);
+}
+
+/// Many call paths from one start, more than a first-state set holds (`varied_sites`: 256
+/// paths of 12 and 13 frames, 20 rounds): once a thread has made 256 captures, a path met
+/// again is found by the words its walk read (`unwind/inputs.rs`), its stack id given
+/// without a walk or a frame, and each event must still name the frames libgcc finds.
+#[test]
+fn ids_given_by_a_walks_inputs_name_the_same_frames_as_libgcc_finds() {
+    let args = ["256", "20", "12"];
+    let fast = events_with_frames(&records_unwound("varied_sites", &args, "fast"));
+    let slow = events_with_frames(&records_unwound("varied_sites", &args, "slow"));
+    assert_eq!(fast.len(), 10240);
+    assert_eq!(fast, slow);
+    // 512 different stacks: 256 paths, an allocation's and a free's each.
+    let distinct: std::collections::HashSet<_> = fast.iter().collect();
+    assert_eq!(distinct.len(), 512);
 }
 
 /// Call paths met in turn, as a training step's are (`varied_sites`: 7 paths of 3 and 4

@@ -24,14 +24,12 @@
 //! (`intern::lock_for_fork`): a child never inherits `INSERT` held, nor a table half
 //! grown.
 
-use crate::sys::prefetch;
+use crate::sys::{pages, prefetch};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Slots of the first table (64 KiB); a table holds at most half its slots.
 const FIRST_SLOTS: usize = 4096;
-/// Tables this large or larger are asked to be backed by huge pages.
-const HUGE: usize = 2 << 20;
 /// Slots from which `prefetch` asks for a slot (1 MiB: past what a core's own cache
 /// holds; on the development machine a random load into 1 MiB took 7 ns, into 8 MiB
 /// 29 to 76, BENCHMARKS.md).
@@ -155,36 +153,16 @@ unsafe fn put(t: &mut Table, h: u64, id: u64) {
     t.len += 1;
 }
 
-/// A zeroed table of `slots` slots (a power of two), mapped apart from the heap; `None`
-/// without memory for it. Never unmapped (see the module's note).
+/// A zeroed table of `slots` slots (a power of two), mapped apart from the heap, on huge
+/// pages from 2 MiB (`pages::zeroed`); `None` without memory for it. Never unmapped (see
+/// the module's note).
 fn new_table(slots: usize) -> Option<*mut Table> {
-    let bytes = slots.checked_mul(16)?;
-    let map = if bytes >= HUGE { bytes + HUGE } else { bytes };
-    // SAFETY: an anonymous private mapping of our own; the advice only concerns it.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            map,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let mut start = p as usize;
-        if bytes >= HUGE {
-            // Huge pages need a 2 MiB-aligned range: the mapping is one such larger.
-            start = (start + HUGE - 1) & !(HUGE - 1);
-            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
-        }
-        Some(Box::into_raw(Box::new(Table {
-            mask: slots - 1,
-            len: 0,
-            words: start as *const AtomicU64,
-        })))
-    }
+    let words = pages::zeroed(slots.checked_mul(16)?)?;
+    Some(Box::into_raw(Box::new(Table {
+        mask: slots - 1,
+        len: 0,
+        words: words as *const AtomicU64,
+    })))
 }
 
 #[cfg(test)]

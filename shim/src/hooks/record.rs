@@ -158,8 +158,9 @@ fn with_python(depth: usize) -> u32 {
 /// The stack id of what `capture_memo` found, `with` merged in: the id noted for the memo
 /// met, if there is one (a loop's allocations: the same frames as the last time this memo
 /// was met from its start, neither copied nor hashed; BENCHMARKS.md, "fourth session",
-/// "2026-11-25, third" and "2026-11-26, tenth"), else `intern` of the frames, then noted
-/// for the memo met, if any.
+/// "2026-11-25, third" and "2026-11-26, tenth"), or for a walk of the same inputs
+/// (`unwind/inputs.rs`), else `intern` of the frames, then noted for the memo met, if any,
+/// and for the walk's inputs, if it was kept by them.
 #[inline(always)]
 fn id_of(
     c: unwind::Captured,
@@ -175,6 +176,9 @@ fn id_of(
     let id = intern(frames);
     if let Some(slot) = c.hit() {
         unwind::set_memo_stack_id(slot, c.n(), id, with);
+    }
+    if c.waits_for_id() {
+        unwind::note_walked_id(id);
     }
     id
 }

@@ -1,7 +1,7 @@
 //! The bottom layer: what every other layer uses and nothing of the shim below it
 //! (diagnostics, the real `dlsym` and symbol lookups, the hook list, the clock, the
 //! configuration, the event as it travels to the writer, each thread's alternate signal
-//! stack, cache prefetches, the writer's scheduling policy).
+//! stack, cache prefetches, the writer's scheduling policy, zeroed pages of its own).
 
 pub mod altstack;
 pub mod clock;
@@ -10,5 +10,6 @@ pub mod diag;
 pub mod dl;
 pub mod event;
 pub mod hooklist;
+pub mod pages;
 pub mod prefetch;
 pub mod sched;

@@ -40,8 +40,6 @@ const FRAMES: usize = crate::sys::config::MAX_STACK_DEPTH;
 const WORDS: usize = 192;
 /// Captures a thread makes before it gets a cache.
 pub const AFTER: u32 = 256;
-/// Caches kept for threads to come.
-const POOL: usize = 16;
 
 struct Entry {
     /// 0: empty.
@@ -246,44 +244,23 @@ impl Entry {
     }
 }
 
-/// Caches given back by exited threads. Only ever `try_lock`ed: a thread never waits, and
-/// a fork child whose parent had another thread holding it (now gone) just allocates.
-static FREE: parking_lot::Mutex<([usize; POOL], usize)> = parking_lot::Mutex::new(([0; POOL], 0));
+/// Caches given back by exited threads, for threads to come.
+static FREE: super::pool::Pool<Cache> = super::pool::Pool::new();
 
 /// A cache for the calling thread: an exited thread's, emptied, else a new one (null if
-/// there is no memory for it).
+/// there is no memory for it). All-zero bytes are a valid `Cache`: every entry empty
+/// (epoch 0).
 pub fn take() -> *mut Cache {
-    let reused = FREE.try_lock().and_then(|mut free| {
-        let (caches, n) = &mut *free;
-        *n = n.checked_sub(1)?;
-        Some(caches[*n])
-    });
-    if let Some(p) = reused {
-        let cache = p as *mut Cache;
-        // SAFETY: a cache given back by `give_back`, owned by nobody now.
-        unsafe { (*cache).clear() };
-        return cache;
-    }
-    // SAFETY: calloc has no preconditions; all-zero bytes are a valid `Cache` (every
-    // entry empty: epoch 0).
-    unsafe { libc::calloc(1, std::mem::size_of::<Cache>()) as *mut Cache }
+    FREE.take(Cache::clear)
 }
 
 /// Gives an exiting thread's cache back, for a thread to come (or frees it).
 pub fn give_back(cache: *mut Cache) {
-    if cache.is_null() || cache == GONE {
+    if cache == GONE {
         return;
     }
-    if let Some(mut free) = FREE.try_lock() {
-        let (caches, n) = &mut *free;
-        if *n < POOL {
-            caches[*n] = cache as usize;
-            *n += 1;
-            return;
-        }
-    }
-    // SAFETY: from calloc, owned by the exiting thread, used by nobody after it.
-    unsafe { libc::free(cache as *mut libc::c_void) };
+    // SAFETY: a cache from `take`, used by nobody after its thread gives it back.
+    unsafe { FREE.give_back(cache, |_| ()) };
 }
 
 /// A thread's cache once the thread has given it back at exit: captures made during the

@@ -7,6 +7,8 @@
 //!   └► state (sp, rbp, ra) ── same as a remembered state, and every stack word read
 //!      │                      after it unchanged? ─► copy the remembered frames, done
 //!      │                      (memo.rs: usually at the first state, ~1 ns a word)
+//!      ├► (first state, no memo) a walk of this start that read these words?
+//!      │    ─► its stack id, no frames (inputs.rs); else the first-state cache (first.rs)
 //!      └► rule = rules::get(ra - 1)                lock-free, one cache line
 //!           miss ─► cfi::Slow::rule_for            once per address, under a try-lock
 //!         CFA = rsp|rbp + off (or *(rbp + off)); ra = *(CFA - 8); rbp = *(CFA|rbp + off)
@@ -30,7 +32,9 @@
 
 pub mod cfi;
 mod first;
+mod inputs;
 mod memo;
+mod pool;
 pub mod rules;
 
 use parking_lot::Mutex;
@@ -64,6 +68,9 @@ struct Thread {
     /// The first-state cache (`first.rs`): null until the thread's `first::AFTER`th
     /// capture, then its own (given back at thread exit).
     first: Cell<*mut first::Cache>,
+    /// The walks by their inputs (`inputs.rs`): null until taken with the first-state
+    /// cache, then its own (given back at thread exit).
+    inputs: Cell<*mut inputs::Inputs>,
     captures: Cell<u32>,
 }
 
@@ -77,6 +84,7 @@ thread_local! {
                 clock: Cell::new(0),
             },
             first: Cell::new(std::ptr::null_mut()),
+            inputs: Cell::new(std::ptr::null_mut()),
             captures: Cell::new(0),
         }
     };
@@ -109,13 +117,28 @@ impl Thread {
         }
         let c = first::take();
         self.first.set(c);
+        if self.inputs.get().is_null() {
+            self.inputs.set(inputs::take());
+        }
         c
+    }
+
+    /// The walks by their inputs as they are (null: none yet, or given back).
+    fn inputs_now(&self) -> *mut inputs::Inputs {
+        match self.inputs.get() {
+            i if i == inputs::GONE => std::ptr::null_mut(),
+            i => i,
+        }
     }
 }
 
-/// The calling thread is exiting: its first-state cache goes back to the pool.
+/// The calling thread is exiting: its first-state cache and its walks by their inputs go
+/// back to their pools.
 pub fn thread_exit() {
-    let _ = THREAD.try_with(|t| first::give_back(t.first.replace(first::GONE)));
+    let _ = THREAD.try_with(|t| {
+        first::give_back(t.first.replace(first::GONE));
+        inputs::give_back(t.inputs.replace(inputs::GONE));
+    });
 }
 
 /// Enables the fast path if glibc has `_dl_find_object` (2.35 and later). Called at
@@ -187,19 +210,21 @@ pub fn capture_memo(
 /// What `capture_noted` found, in one word, so that it comes back in registers: a larger
 /// struct came back through memory, written a field at a time and read back in wider
 /// loads, each of which stalled on the narrower stores under it (BENCHMARKS.md, tenth).
-/// Bits 0-15: frames; 16-31: the memo slot met (`0xFFFF`: none); 32-63: the noted id
-/// (0: none; a noted id is never 0).
+/// Bits 0-14: frames; 15: the walk waits for its id (`waits_for_id`); 16-31: the memo slot
+/// met (`0xFFFF`: none); 32-63: the noted id (0: none; a noted id is never 0).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Captured(u64);
 
 const NO_HIT: u64 = 0xFFFF;
+/// Frames in a `Captured` (bit 15: the walk waits for its id).
+const N_MASK: u64 = 0x7FFF;
 
 impl Captured {
     /// `n` is at most the capture buffer's length, `hit` below `memo::SLOTS` + the
     /// first-state cache's entries: both well within 16 bits.
     #[inline(always)]
     pub fn new(n: usize, hit: Option<usize>, noted: Option<u32>) -> Captured {
-        let n = (n as u64).min(0xFFFF);
+        let n = (n as u64).min(N_MASK);
         let hit = hit.map_or(NO_HIT, |h| (h as u64).min(NO_HIT));
         Captured(n | hit << 16 | u64::from(noted.unwrap_or(0)) << 32)
     }
@@ -207,7 +232,20 @@ impl Captured {
     /// Frames (in `out[..n]`, unless `noted`).
     #[inline(always)]
     pub fn n(self) -> usize {
-        (self.0 & 0xFFFF) as usize
+        (self.0 & N_MASK) as usize
+    }
+
+    /// The same, told that the walk was kept by its inputs and waits for its stack id
+    /// (`note_walked_id`).
+    #[inline(always)]
+    pub fn pending(self, pending: bool) -> Captured {
+        Captured(self.0 | u64::from(pending) << 15)
+    }
+
+    /// Whether the walk waits for its stack id (`note_walked_id`).
+    #[inline(always)]
+    pub fn waits_for_id(self) -> bool {
+        self.0 & 1 << 15 != 0
     }
 
     /// The memo slot met at the walk's first state (`capture_memo`'s).
@@ -280,11 +318,14 @@ pub fn capture_noted(
             if cache.as_deref_mut().is_some_and(|c| !c.active()) {
                 cache = None;
             }
-            let mut hit = None;
+            // SAFETY: this thread's own block, as the cache above.
+            let inputs = unsafe { t.inputs_now().as_mut() };
+            let mut met = Met::default();
             let n = walk(
-                out, start, top, &t.memos, &mut hit, from, cache, with, found,
+                out, start, top, &t.memos, &mut met, from, cache, inputs, with, found,
             )?;
-            let id = match (hit, with) {
+            let id = match (met.hit, with) {
+                _ if met.id.is_some() => met.id,
                 (Some(slot), Some(w)) => match slot.checked_sub(memo::SLOTS) {
                     None => t.memos.slots[slot].stack_id(n, w),
                     // SAFETY: this thread's own cache, as above.
@@ -294,7 +335,7 @@ pub fn capture_noted(
                 },
                 _ => None,
             };
-            Some(Captured::new(n, hit, id))
+            Some(Captured::new(n, met.hit, id).pending(met.pending))
         })
         .ok()
         .flatten();
@@ -310,6 +351,30 @@ pub fn capture_noted(
 /// miss in memory, and it arrives while the walk is stored (BENCHMARKS.md, twelfth).
 /// Not told when a memo or the first-state cache gave every frame (nothing is stored).
 pub type Found = fn(&[u64]);
+
+/// What a walk met besides its frames.
+#[derive(Default)]
+struct Met {
+    /// The memo slot met at the walk's first state (the whole output copied from it), or
+    /// `memo::SLOTS` + the first-state cache entry it came from.
+    hit: Option<usize>,
+    /// The stack id a walk of the same inputs was noted with (`inputs.rs`): no frames.
+    id: Option<u32>,
+    /// The walk was kept by its inputs and waits for its id (`note_walked_id`).
+    pending: bool,
+}
+
+/// Notes that the frames of the last `capture_noted`, which `waits_for_id`, were interned
+/// (with what was asked for merged in) as `id`: a later capture that reads the same stack
+/// words from the same start gets it without a walk.
+pub fn note_walked_id(id: u32) {
+    let _ = THREAD.try_with(|t| {
+        // SAFETY: this thread's own block (see `Thread::first_cache`).
+        if let Some(i) = unsafe { t.inputs_now().as_mut() } {
+            i.note(id);
+        }
+    });
+}
 
 /// Where a walk starts: an instruction pointer and the stack and frame pointers there.
 #[derive(Clone, Copy)]
@@ -354,9 +419,10 @@ fn walk(
     start: Regs,
     top: u64,
     memos: &Memos,
-    hit: &mut Option<usize>,
+    met: &mut Met,
     from: first::Start,
     mut keep: Option<&mut first::Cache>,
+    mut inputs: Option<&mut inputs::Inputs>,
     with: Option<u64>,
     found: Option<Found>,
 ) -> Option<usize> {
@@ -419,7 +485,7 @@ fn walk(
                 match unsafe { m.resume(k[j], s, out, n, now, id_with) } {
                     memo::Resume::Done(total) => {
                         if rec.states() == 0 && k[j] == 0 {
-                            *hit = Some(j);
+                            met.hit = Some(j);
                         }
                         if rec.states() > 0 {
                             // Met past its first state: remember the whole walk, so
@@ -435,6 +501,9 @@ fn walk(
                             if let Some(c) = keep.as_deref_mut() {
                                 c.store(from, &rec, out, total);
                             }
+                            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
+                                met.pending = i.store(from, &rec, out.len(), top, w);
+                            }
                         }
                         return Some(total);
                     }
@@ -448,11 +517,23 @@ fn walk(
         }
         if rec.states() == 0 {
             // No memo starts here as this walk does (a loop's allocations meet one, with
-            // the stack id noted for it): the first-state cache may hold this call path.
+            // the stack id noted for it): a walk of the same start that read the same words
+            // may have its stack id noted (the caller takes it; no frame is copied). Asked
+            // before the first-state cache: where many call paths share a start, a set's
+            // entries differ only in their outer words, and comparing each word by word
+            // cost more than the one hash (BENCHMARKS.md, fourteenth).
+            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
+                // SAFETY: this thread's block; `lo..top` is its stack.
+                if let Some(id) = unsafe { i.lookup(from, out.len(), top, w) } {
+                    met.id = Some(id);
+                    return Some(0);
+                }
+            }
+            // Else the first-state cache may hold this call path's frames.
             if let Some(c) = keep.as_deref_mut() {
                 // SAFETY: this thread's cache; `lo..top` is its stack.
                 if let Some((total, entry)) = unsafe { c.lookup(from, out, with) } {
-                    *hit = Some(memo::SLOTS + entry);
+                    met.hit = Some(memo::SLOTS + entry);
                     return Some(total);
                 }
             }
@@ -471,6 +552,9 @@ fn walk(
             memos.remember(rec, stale, epoch, skip, full, now);
             if let Some(c) = keep.as_deref_mut() {
                 c.store(from, rec, out, n);
+            }
+            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
+                met.pending = i.store(from, rec, out.len(), top, w);
             }
         };
         if in_program && n == out.len() {
@@ -638,5 +722,7 @@ fn find_stack() -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod bench;
+#[cfg(test)]
+mod inputs_tests;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use super::*;
 /// slow path's lock (`miss` only try-locks it), and other tests unwind at the same time,
 /// computing rules (milliseconds for a large object). Once the rules are in, the walk
 /// succeeds. Panics after 10 s.
-fn retried<T>(mut f: impl FnMut() -> Option<T>) -> T {
+pub(super) fn retried<T>(mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         if let Some(r) = f() {
@@ -120,8 +120,9 @@ fn a_garbage_register_state_is_refused_not_followed() {
             Regs { ip, sp, bp: 0 },
             top,
             &memos,
-            &mut None,
+            &mut Met::default(),
             from,
+            None,
             None,
             None,
             None,
@@ -199,7 +200,7 @@ fn from_one_caller(which: u32) -> bool {
 
 /// `f` on a thread of its own (fresh memos), the rule epoch held still meanwhile (a new
 /// epoch makes every memo stale).
-fn on_a_fresh_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(super) fn on_a_fresh_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     assert!(init());
     let _steady = EPOCH_STEADY.lock();
     std::thread::spawn(f).join().unwrap()

@@ -1,0 +1,442 @@
+//! A thread's walks by what they read: the stack id of a call path met before, found by
+//! one hash of the stack words its walk reads and one probe, however many call paths start
+//! at the same place.
+//!
+//! ```text
+//!  capture at (ip, sp), no memo or first-state entry met
+//!   └► the shapes of set hash(ip, sp): an earlier walk's start and the addresses of every
+//!      word it read ─► key = hash(shape, what is merged, rbp where read, the words now
+//!      at those addresses) ─► the table (4-way, up to 8 MiB): the stack id noted for it
+//!   miss: the walk; its shape kept (the set's least recently used replaced), its key
+//!      left pending until the caller interns the frames and notes the id (`note`)
+//! ```
+//!
+//! Why it is exact: a walk is a pure function of its start (ip, sp, rbp where a rule reads
+//! it), the rules of its epoch and the words it reads, and which word it reads next
+//! depends only on those read before (see `memo.rs`). So if the words now at a shape's
+//! addresses are those an earlier walk with that shape read, this walk is that walk, and
+//! its stack is that walk's. If they are not, this walk may read other addresses, but a
+//! key made of the words at these addresses then names no walk of this shape but one that
+//! read exactly these words: again the same walk. A key stands for its walk as a stack's
+//! hash stands for its frames in `intern`: two walks would have to collide in all 64 bits.
+//!
+//! Why beside the first-state cache: that cache compares an entry's every word, so a set
+//! holds 16 call paths of one start; a program whose call paths differ in their outer
+//! frames (a step's ops under many callers, `varied_sites`) starts hundreds of them at
+//! one stack pointer, and each walked all its frames (BENCHMARKS.md, fourteenth). Here the
+//! call paths of one start share a shape, and each is one entry of 16 bytes.
+//!
+//! A shape's addresses were read by this thread's walk from the same stack pointer, under
+//! the same stack top: they lie in its stack, which stays mapped (see `Memo::resume`). A
+//! block given back at thread exit forgets its shapes before another thread takes it; its
+//! table's entries stay true (ids are the process's, never reused, and a key names a walk
+//! whatever thread made it).
+
+use super::first::Start;
+use super::memo;
+use super::pool::Pool;
+use std::mem::MaybeUninit;
+
+use crate::capture::intern::{finish, mix};
+use crate::sys::{pages, prefetch};
+
+/// Shapes per thread, in sets of `WAYS` chosen by the start: a start has a shape per
+/// frame layout its call paths take (two copies of one function that save a register in
+/// different slots make two), and with sets of 4 the four starts of `varied_sites` (an
+/// allocation and a free at two depths) thrashed one set in some runs (BENCHMARKS.md,
+/// fourteenth). About 2 KiB each, touched only when used.
+const SETS: usize = 32;
+const WAYS: usize = 8;
+/// Words a shape holds; a walk that read more is not kept.
+const WORDS: usize = memo::WORDS;
+/// Entries of a bucket: 4 of 16 bytes, one cache line.
+const WAYS_PER_BUCKET: usize = 4;
+/// The table's first size in buckets (64 KiB), and its largest (8 MiB): it doubles when
+/// it holds as many keys as a `LOAD`th of its entries, one a bucket on average: keys met in
+/// turn replace each other in a bucket that gets more than its four, and at two a bucket
+/// that lost 14% of them, at three 35%. A thread that walks few call paths touches little;
+/// the 200,000 of `varied_sites 100000` lose about 7%, where a table of 4 MiB with two ways
+/// lost half (BENCHMARKS.md, fourteenth).
+const FIRST_BUCKETS: usize = 1 << 10;
+const MAX_BUCKETS: usize = 1 << 17;
+const LOAD: usize = WAYS_PER_BUCKET;
+const BUCKET_BYTES: usize = 16 * WAYS_PER_BUCKET;
+
+/// The addresses an earlier walk read, from its start.
+struct Shape {
+    /// The rules' epoch; 0: empty.
+    epoch: u64,
+    used: u64,
+    skip: (u64, u64),
+    ip: u64,
+    sp: u64,
+    /// The stack top of the thread that walked (every address lies below it).
+    top: u64,
+    room: u32,
+    bp_needed: bool,
+    n_words: u32,
+    /// A hash of all the above and the addresses: part of every key of this shape.
+    tag: u64,
+    addrs: [u64; WORDS],
+}
+
+/// One thread's shapes and keys (from `calloc`: all zero is empty).
+pub struct Inputs {
+    shapes: [Shape; SETS * WAYS],
+    clock: u64,
+    /// The key of the last walk stored, waiting for its stack id (0: none).
+    pending: u64,
+    /// Keys stored (not counting those put again).
+    stored: usize,
+    /// `buckets` buckets of (key, id) pairs, key 0 empty, the first of a bucket the most
+    /// recently stored; null until the first key.
+    table: *mut [(u64, u64); WAYS_PER_BUCKET],
+    buckets: usize,
+}
+
+/// The shapes of start `(ip, sp)`.
+fn set(ip: u64, sp: u64) -> std::ops::Range<usize> {
+    let s = (((sp >> 4) ^ ip.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize
+        % SETS;
+    s * WAYS..(s + 1) * WAYS
+}
+
+/// The key of a walk of the shape tagged `tag` that read `items`, the value of each
+/// `value(item)`: four independent lanes, as `intern::hash` hashes frames, over the items
+/// four at a time (no index to check).
+#[inline(always)]
+fn key<T>(tag: u64, with: u64, bp: u64, items: &[T], value: impl Fn(&T) -> u64) -> u64 {
+    let mut lanes = [
+        tag,
+        mix(with, 0x243F_6A88_85A3_08D3),
+        bp,
+        items.len() as u64,
+    ];
+    let mut chunks = items.chunks_exact(4);
+    for c in &mut chunks {
+        lanes[0] = mix(lanes[0], value(&c[0]));
+        lanes[1] = mix(lanes[1], value(&c[1]));
+        lanes[2] = mix(lanes[2], value(&c[2]));
+        lanes[3] = mix(lanes[3], value(&c[3]));
+    }
+    for (lane, item) in lanes.iter_mut().zip(chunks.remainder()) {
+        *lane = mix(*lane, value(item));
+    }
+    let mut h = lanes[0];
+    for &l in &lanes[1..] {
+        h = mix(h, l);
+    }
+    finish(h)
+}
+
+impl Shape {
+    /// Whether a walk from `s` with output room `room` on a stack that ends at `top`
+    /// starts as this shape's did.
+    #[inline(always)]
+    fn starts(&self, s: Start, room: usize, top: u64) -> bool {
+        self.epoch == s.epoch
+            && self.sp == s.sp
+            && self.ip == s.ip
+            && self.skip == s.skip
+            && self.top == top
+            && self.room as usize == room
+    }
+
+    /// The key of the walk from `s` (which `starts` as this shape), with `with` merged, as
+    /// the stack reads now.
+    ///
+    /// # Safety
+    /// The shape is this thread's, and `starts` for `s` on this thread's stack.
+    #[inline(always)]
+    unsafe fn key_now(&self, s: Start, with: u64) -> u64 {
+        let addrs = &self.addrs[..self.n_words as usize];
+        let bp = if self.bp_needed { s.bp } else { 0 };
+        // SAFETY: each address was read by this thread's walk from this stack pointer
+        // under this stack top: it lies in this thread's stack (the module's note).
+        key(self.tag, with, bp, addrs, |&a| unsafe {
+            (a as *const u64).read()
+        })
+    }
+}
+
+impl Inputs {
+    /// The stack id noted for the walk from `s` (output room `room`, stack top `top`) with
+    /// `with` merged, if a shape of its start knows the words it would read.
+    ///
+    /// # Safety
+    /// This thread's block; `s.sp..top` its readable stack.
+    #[inline(always)]
+    pub unsafe fn lookup(&mut self, s: Start, room: usize, top: u64, with: u64) -> Option<u32> {
+        if self.table.is_null() {
+            return None;
+        }
+        self.clock += 1;
+        // Every shape of this start's key first, each bucket asked for as soon as it is
+        // known: where a start has several shapes, the probes of a large table are misses
+        // in memory, and they overlap instead of following each other (BENCHMARKS.md,
+        // fourteenth).
+        let mut keys = [(0usize, 0u64); WAYS];
+        let mut n = 0;
+        for i in set(s.ip, s.sp) {
+            let shape = &self.shapes[i];
+            if shape.starts(s, room, top) {
+                // SAFETY: as this function's.
+                let k = unsafe { shape.key_now(s, with) };
+                // SAFETY: a table of `buckets` buckets (not null, above).
+                prefetch::for_read(unsafe { self.table.add(bucket(k, self.buckets)) });
+                keys[n] = (i, k);
+                n += 1;
+            }
+        }
+        for &(i, k) in &keys[..n] {
+            if let Some(id) = self.find(k) {
+                self.shapes[i].used = self.clock;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    #[inline(always)]
+    fn find(&self, k: u64) -> Option<u32> {
+        if self.table.is_null() {
+            return None;
+        }
+        // SAFETY: a table of `buckets` buckets, this thread's.
+        let b = unsafe { &*self.table.add(bucket(k, self.buckets)) };
+        // Ids are below 2^32 (an event's stack id is 32 bits).
+        b.iter().find(|e| e.0 == k).map(|e| e.1 as u32)
+    }
+
+    /// Keeps the shape of the walk from `s` that `rec` recorded, and leaves its key
+    /// pending for `note`; `false` if the walk cannot be kept (too many words).
+    pub fn store(
+        &mut self,
+        s: Start,
+        rec: &memo::Record,
+        room: usize,
+        top: u64,
+        with: u64,
+    ) -> bool {
+        self.pending = 0;
+        let Some((read, bp_needed)) = rec.whole() else {
+            return false;
+        };
+        if read.len() > WORDS || room > u32::MAX as usize {
+            return false;
+        }
+        // A word the walk did not compare is recorded as a copy of the one before it
+        // (`Record::forget_word`): left out, so that a walk that forgot it and one that
+        // joined a memo where it was forgotten have one shape.
+        let mut kept = [MaybeUninit::<(u64, u64)>::uninit(); WORDS];
+        let mut n = 0;
+        for (i, w) in read.iter().enumerate() {
+            if i == 0 || w.0 != read[i - 1].0 {
+                kept[n] = MaybeUninit::new(*w);
+                n += 1;
+            }
+        }
+        // SAFETY: the first `n` were written just above.
+        let words = unsafe { std::slice::from_raw_parts(kept.as_ptr() as *const (u64, u64), n) };
+        self.clock += 1;
+        let now = self.clock;
+        let ways = set(s.ip, s.sp);
+        let same = |sh: &Shape| {
+            sh.starts(s, room, top)
+                && sh.bp_needed == bp_needed
+                && sh.n_words as usize == words.len()
+                && sh.addrs[..words.len()]
+                    .iter()
+                    .zip(words)
+                    .all(|(a, w)| *a == w.0)
+        };
+        let i = match ways.clone().find(|&i| same(&self.shapes[i])) {
+            Some(i) => i,
+            None => {
+                let i = ways
+                    .min_by_key(|&i| match &self.shapes[i] {
+                        sh if sh.epoch == 0 => 0,
+                        sh => sh.used,
+                    })
+                    .expect("a set has ways");
+                let sh = &mut self.shapes[i];
+                for (a, w) in sh.addrs.iter_mut().zip(words) {
+                    *a = w.0;
+                }
+                (sh.skip, sh.ip, sh.sp, sh.top) = (s.skip, s.ip, s.sp, top);
+                (sh.room, sh.bp_needed, sh.n_words) = (room as u32, bp_needed, words.len() as u32);
+                sh.epoch = s.epoch;
+                let head = [s.epoch, s.skip.0, s.skip.1, s.ip, s.sp, top, room as u64];
+                let start = head.iter().fold(0x9E37_79B9_7F4A_7C15, |h, &v| mix(h, v));
+                sh.tag = key(start, 0, u64::from(bp_needed), words, |w| w.0);
+                i
+            }
+        };
+        let sh = &mut self.shapes[i];
+        sh.used = now;
+        let bp = if bp_needed { s.bp } else { 0 };
+        self.pending = key(sh.tag, with, bp, words, |w| w.1);
+        true
+    }
+
+    /// Notes `id` for the walk `store` last kept (and nothing if none is pending, or for
+    /// id 0: no id was given).
+    pub fn note(&mut self, id: u32) {
+        let k = std::mem::take(&mut self.pending);
+        if k == 0 || id == 0 {
+            return;
+        }
+        if (self.table.is_null() || LOAD * self.stored >= self.buckets * WAYS_PER_BUCKET)
+            && !self.grow()
+        {
+            return;
+        }
+        // SAFETY: a table of `buckets` buckets, this thread's.
+        if unsafe {
+            put(
+                &mut *self.table.add(bucket(k, self.buckets)),
+                k,
+                u64::from(id),
+            )
+        } {
+            self.stored += 1;
+        }
+    }
+
+    /// A table twice as large (the first, if none), holding the old one's keys; `false`
+    /// if it is as large as it gets and full enough (the keys go on replacing each
+    /// other) or there is no memory for it.
+    #[cold]
+    fn grow(&mut self) -> bool {
+        if self.buckets >= MAX_BUCKETS {
+            return !self.table.is_null();
+        }
+        let buckets = if self.table.is_null() {
+            FIRST_BUCKETS
+        } else {
+            2 * self.buckets
+        };
+        // Zero bytes are empty entries.
+        let Some(t) = pages::zeroed(buckets * BUCKET_BYTES) else {
+            return !self.table.is_null();
+        };
+        let t = t as *mut [(u64, u64); WAYS_PER_BUCKET];
+        if !self.table.is_null() {
+            // SAFETY: the old table, this thread's, of `buckets` buckets; then unmapped.
+            unsafe {
+                for b in std::slice::from_raw_parts(self.table, self.buckets) {
+                    // Least recent first, so each bucket keeps its order.
+                    for &(k, id) in b.iter().rev().filter(|e| e.0 != 0) {
+                        put(&mut *t.add(bucket(k, buckets)), k, id);
+                    }
+                }
+                pages::give_back(self.table as *mut u8, self.buckets * BUCKET_BYTES);
+            }
+        }
+        self.table = t;
+        self.buckets = buckets;
+        true
+    }
+
+    /// Unmaps the table (a block freed, not kept for another thread).
+    fn release(&mut self) {
+        if !self.table.is_null() {
+            // SAFETY: the table of `buckets` buckets from `pages::zeroed`, used by nobody
+            // once its block is given back.
+            unsafe { pages::give_back(self.table as *mut u8, self.buckets * BUCKET_BYTES) };
+            self.table = std::ptr::null_mut();
+        }
+    }
+
+    /// Forgets the shapes (a block taken over from an exited thread); the table's keys
+    /// stay true for any thread.
+    fn clear(&mut self) {
+        for sh in self.shapes.iter_mut() {
+            sh.epoch = 0;
+        }
+        self.pending = 0;
+    }
+}
+
+#[inline(always)]
+fn bucket(k: u64, buckets: usize) -> usize {
+    (k ^ (k >> 29)) as usize & (buckets - 1)
+}
+
+/// Puts `(k, id)` first in bucket `b`, the others moved down, the least recent dropped;
+/// whether `k` was not there.
+fn put(b: &mut [(u64, u64); WAYS_PER_BUCKET], k: u64, id: u64) -> bool {
+    let there = b.iter().position(|e| e.0 == k);
+    let at = there.unwrap_or(WAYS_PER_BUCKET - 1);
+    b.copy_within(0..at, 1);
+    b[0] = (k, id);
+    there.is_none()
+}
+
+/// Blocks given back by exited threads.
+static FREE: Pool<Inputs> = Pool::new();
+
+/// A block for the calling thread (null if there is no memory for it).
+pub fn take() -> *mut Inputs {
+    FREE.take(Inputs::clear)
+}
+
+/// Gives an exiting thread's block back, for a thread to come (or frees it).
+pub fn give_back(block: *mut Inputs) {
+    if block == GONE {
+        return;
+    }
+    // SAFETY: a block from `take`, used by nobody after its thread gives it back.
+    unsafe { FREE.give_back(block, Inputs::release) };
+}
+
+/// A thread's block once the thread has given it back at exit.
+pub const GONE: *mut Inputs = std::ptr::dangling_mut();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Notes `id` for key `k` as `note` does after a walk (`store` leaves it pending).
+    fn noted(i: &mut Inputs, k: u64, id: u32) {
+        i.pending = k;
+        i.note(id);
+    }
+
+    #[test]
+    fn every_key_noted_is_found_as_the_table_grows() {
+        let i = take();
+        // SAFETY: a block of this test's own.
+        let i = unsafe { &mut *i };
+        // 40,000 keys that each take a bucket of their own while the table has room for
+        // them (1, 2, 3, ...: the low bits pick the bucket), the table growing from 1,024
+        // buckets to 65,536 as it fills: every key kept through each growth.
+        let key = |n: u64| n + 1;
+        for n in 0..40_000u64 {
+            assert_eq!(i.find(key(n)), None);
+            noted(i, key(n), n as u32 + 1);
+        }
+        assert_eq!(i.buckets, 65_536);
+        let found = (0..40_000u64)
+            .filter(|&n| i.find(key(n)) == Some(n as u32 + 1))
+            .count();
+        assert_eq!(found, 40_000);
+        // Nothing noted without a pending key, nor for id 0.
+        i.note(9);
+        noted(i, key(40_000), 0);
+        assert_eq!(i.find(key(40_000)), None);
+        give_back(i);
+    }
+
+    #[test]
+    fn a_bucket_keeps_its_four_most_recent_keys() {
+        let mut b = [(0u64, 0u64); WAYS_PER_BUCKET];
+        for k in 1..=5u64 {
+            assert!(put(&mut b, k, 10 * k));
+        }
+        assert_eq!(b, [(5, 50), (4, 40), (3, 30), (2, 20)]);
+        // One put again moves to the front, and is not counted as new.
+        assert!(!put(&mut b, 3, 30));
+        assert_eq!(b, [(3, 30), (5, 50), (4, 40), (2, 20)]);
+    }
+}
