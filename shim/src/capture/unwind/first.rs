@@ -69,14 +69,25 @@ pub struct Cache {
     tries: u32,
     hits: u32,
     off: u32,
+    /// Poor windows in a row (each rest twice the last, up to `REST << LONGEST`).
+    rests: u32,
 }
 
 /// Lookups per window; a window with fewer than one hit in `POOR` turns the cache off for
 /// `REST` captures (more call paths of one depth in turn than a set holds: every lookup
 /// missed and every walk was stored for nothing, a third slower than without the cache).
+/// One in two: what it misses, the walks by their inputs (`inputs.rs`) find at the cost
+/// of one hash, where a lookup here compares each entry of the set word by word, and on
+/// 256 call paths from one start (`varied_sites 256`, one hit in 12) a cache left on at
+/// one in 16 took twice as long in three runs of eight (BENCHMARKS.md, fourteenth).
+/// Each poor window in a row doubles the rest, up to 16 times `REST` (262,144 captures): a
+/// window costs each lookup a scan of its set and each miss a stored walk, and where the
+/// cache keeps missing (many call paths of one start), windows at every `REST` cost that
+/// workload 10% (BENCHMARKS.md, fourteenth).
 const WINDOW: u32 = 1024;
-const POOR: u32 = 16;
+const POOR: u32 = 2;
 const REST: u32 = 16 * 1024;
+const LONGEST: u32 = 4;
 
 /// The entries of the set of stack pointer `sp`.
 fn set(sp: u64) -> std::ops::Range<usize> {
@@ -114,7 +125,10 @@ impl Cache {
         self.tries += 1;
         if self.tries == WINDOW {
             if self.hits * POOR < self.tries {
-                self.off = REST;
+                self.off = REST << self.rests.min(LONGEST);
+                self.rests = self.rests.saturating_add(1);
+            } else {
+                self.rests = 0;
             }
             self.tries = 0;
             self.hits = 0;
@@ -193,7 +207,7 @@ impl Cache {
         for e in self.entries.iter_mut() {
             e.epoch = 0;
         }
-        (self.tries, self.hits, self.off) = (0, 0, 0);
+        (self.tries, self.hits, self.off, self.rests) = (0, 0, 0, 0);
     }
 }
 
@@ -266,3 +280,41 @@ pub fn give_back(cache: *mut Cache) {
 /// A thread's cache once the thread has given it back at exit: captures made during the
 /// rest of its teardown do without (a cache taken then would never be given back).
 pub const GONE: *mut Cache = std::ptr::dangling_mut();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Windows of lookups that all miss (an empty cache), then the captures each rest
+    /// lasts: the rests double while the windows stay poor, up to 16 times the first.
+    #[test]
+    fn each_poor_window_in_a_row_rests_twice_as_long_up_to_sixteen_times() {
+        let c = take();
+        // SAFETY: a cache of this test's own.
+        let c = unsafe { &mut *c };
+        let s = Start {
+            ip: 0x1000,
+            sp: 0x7000_0000,
+            bp: 0,
+            epoch: 1,
+            skip: (0, 0),
+        };
+        let mut out = [MaybeUninit::new(0u64); 4];
+        let mut rests = Vec::new();
+        for _ in 0..7 {
+            // A window: `WINDOW` lookups, the last of which finds it poor.
+            for _ in 0..WINDOW {
+                assert!(c.active());
+                // SAFETY: an empty cache reads no stack word.
+                assert_eq!(unsafe { c.lookup(s, &mut out, None) }, None);
+            }
+            let mut rest = 0;
+            while !c.active() {
+                rest += 1;
+            }
+            rests.push(rest / REST);
+        }
+        assert_eq!(rests, [1, 2, 4, 8, 16, 16, 16]);
+        give_back(c);
+    }
+}

@@ -3,10 +3,10 @@
 //! at the same place.
 //!
 //! ```text
-//!  capture at (ip, sp), no memo or first-state entry met
+//!  capture at (ip, sp), no memo met at its first state, no first-state cache entry
 //!   └► the shapes of set hash(ip, sp): an earlier walk's start and the addresses of every
 //!      word it read ─► key = hash(shape, what is merged, rbp where read, the words now
-//!      at those addresses) ─► the table (4-way, up to 8 MiB): the stack id noted for it
+//!      at those addresses) ─► the table (5-way, up to 4 MiB): the stack id noted for it
 //!   miss: the walk; its shape kept (the set's least recently used replaced), its key
 //!      left pending until the caller interns the frames and notes the id (`note`)
 //! ```
@@ -20,11 +20,11 @@
 //! read exactly these words: again the same walk. A key stands for its walk as a stack's
 //! hash stands for its frames in `intern`: two walks would have to collide in all 64 bits.
 //!
-//! Why beside the first-state cache: that cache compares an entry's every word, so a set
-//! holds 16 call paths of one start; a program whose call paths differ in their outer
+//! Why beside the first-state cache: that cache compares an entry's words one by one, so a
+//! set holds 16 call paths of one start; a program whose call paths differ in their outer
 //! frames (a step's ops under many callers, `varied_sites`) starts hundreds of them at
 //! one stack pointer, and each walked all its frames (BENCHMARKS.md, fourteenth). Here the
-//! call paths of one start share a shape, and each is one entry of 16 bytes.
+//! call paths of one start share a shape or a few, and each is one entry of 12 bytes.
 //!
 //! A shape's addresses were read by this thread's walk from the same stack pointer, under
 //! the same stack top: they lie in its stack, which stays mapped (see `Memo::resume`). A
@@ -49,18 +49,27 @@ const SETS: usize = 32;
 const WAYS: usize = 8;
 /// Words a shape holds; a walk that read more is not kept.
 const WORDS: usize = memo::WORDS;
-/// Entries of a bucket: 4 of 16 bytes, one cache line.
-const WAYS_PER_BUCKET: usize = 4;
-/// The table's first size in buckets (64 KiB), and its largest (8 MiB): it doubles when
-/// it holds as many keys as a `LOAD`th of its entries, one a bucket on average: keys met in
-/// turn replace each other in a bucket that gets more than its four, and at two a bucket
-/// that lost 14% of them, at three 35%. A thread that walks few call paths touches little;
-/// the 200,000 of `varied_sites 100000` lose about 7%, where a table of 4 MiB with two ways
-/// lost half (BENCHMARKS.md, fourteenth).
+/// Entries of a bucket: 5 (key, id) pairs of 12 bytes, one cache line.
+const WAYS_PER_BUCKET: usize = 5;
+/// The table's first size in buckets (64 KiB), and its largest (4 MiB): it doubles when it
+/// holds `LOAD` keys a bucket on average. Keys met in turn replace each other in a bucket
+/// that gets more than its five: at two a bucket that is 5% of them. A thread that walks few
+/// call paths touches little; the 200,000 of `varied_sites 100000` fit, in a table small
+/// enough that a probe is not a trip to memory each time: on this machine a random load
+/// into 8 MiB took 29 to 76 ns, into 4 MiB 12 (BENCHMARKS.md, eleventh and fourteenth).
 const FIRST_BUCKETS: usize = 1 << 10;
-const MAX_BUCKETS: usize = 1 << 17;
-const LOAD: usize = WAYS_PER_BUCKET;
-const BUCKET_BYTES: usize = 16 * WAYS_PER_BUCKET;
+const MAX_BUCKETS: usize = 1 << 16;
+const LOAD: usize = 2;
+const BUCKET_BYTES: usize = std::mem::size_of::<Bucket>();
+
+/// (key, id) pairs, key 0 empty, the first the most recently stored.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bucket {
+    keys: [u64; WAYS_PER_BUCKET],
+    /// Ids are below 2^32 (an event's stack id is 32 bits).
+    ids: [u32; WAYS_PER_BUCKET],
+}
 
 /// The addresses an earlier walk read, from its start.
 struct Shape {
@@ -88,9 +97,8 @@ pub struct Inputs {
     pending: u64,
     /// Keys stored (not counting those put again).
     stored: usize,
-    /// `buckets` buckets of (key, id) pairs, key 0 empty, the first of a bucket the most
-    /// recently stored; null until the first key.
-    table: *mut [(u64, u64); WAYS_PER_BUCKET],
+    /// `buckets` buckets; null until the first key.
+    table: *mut Bucket,
     buckets: usize,
 }
 
@@ -163,9 +171,12 @@ impl Inputs {
     /// The stack id noted for the walk from `s` (output room `room`, stack top `top`) with
     /// `with` merged, if a shape of its start knows the words it would read.
     ///
+    /// Not inlined: the walk's loop, where a loop's capture meets its memo, stays as small
+    /// as it was (a call is nothing beside hashing a shape's words).
+    ///
     /// # Safety
     /// This thread's block; `s.sp..top` its readable stack.
-    #[inline(always)]
+    #[inline(never)]
     pub unsafe fn lookup(&mut self, s: Start, room: usize, top: u64, with: u64) -> Option<u32> {
         if self.table.is_null() {
             return None;
@@ -204,8 +215,7 @@ impl Inputs {
         }
         // SAFETY: a table of `buckets` buckets, this thread's.
         let b = unsafe { &*self.table.add(bucket(k, self.buckets)) };
-        // Ids are below 2^32 (an event's stack id is 32 bits).
-        b.iter().find(|e| e.0 == k).map(|e| e.1 as u32)
+        b.keys.iter().position(|&e| e == k).map(|j| b.ids[j])
     }
 
     /// Keeps the shape of the walk from `s` that `rec` recorded, and leaves its key
@@ -286,19 +296,11 @@ impl Inputs {
         if k == 0 || id == 0 {
             return;
         }
-        if (self.table.is_null() || LOAD * self.stored >= self.buckets * WAYS_PER_BUCKET)
-            && !self.grow()
-        {
+        if (self.table.is_null() || self.stored >= LOAD * self.buckets) && !self.grow() {
             return;
         }
         // SAFETY: a table of `buckets` buckets, this thread's.
-        if unsafe {
-            put(
-                &mut *self.table.add(bucket(k, self.buckets)),
-                k,
-                u64::from(id),
-            )
-        } {
+        if unsafe { put(&mut *self.table.add(bucket(k, self.buckets)), k, id) } {
             self.stored += 1;
         }
     }
@@ -320,13 +322,13 @@ impl Inputs {
         let Some(t) = pages::zeroed(buckets * BUCKET_BYTES) else {
             return !self.table.is_null();
         };
-        let t = t as *mut [(u64, u64); WAYS_PER_BUCKET];
+        let t = t as *mut Bucket;
         if !self.table.is_null() {
             // SAFETY: the old table, this thread's, of `buckets` buckets; then unmapped.
             unsafe {
                 for b in std::slice::from_raw_parts(self.table, self.buckets) {
                     // Least recent first, so each bucket keeps its order.
-                    for &(k, id) in b.iter().rev().filter(|e| e.0 != 0) {
+                    for (&k, &id) in b.keys.iter().zip(&b.ids).rev().filter(|e| *e.0 != 0) {
                         put(&mut *t.add(bucket(k, buckets)), k, id);
                     }
                 }
@@ -365,11 +367,12 @@ fn bucket(k: u64, buckets: usize) -> usize {
 
 /// Puts `(k, id)` first in bucket `b`, the others moved down, the least recent dropped;
 /// whether `k` was not there.
-fn put(b: &mut [(u64, u64); WAYS_PER_BUCKET], k: u64, id: u64) -> bool {
-    let there = b.iter().position(|e| e.0 == k);
+fn put(b: &mut Bucket, k: u64, id: u32) -> bool {
+    let there = b.keys.iter().position(|&e| e == k);
     let at = there.unwrap_or(WAYS_PER_BUCKET - 1);
-    b.copy_within(0..at, 1);
-    b[0] = (k, id);
+    b.keys.copy_within(0..at, 1);
+    b.ids.copy_within(0..at, 1);
+    (b.keys[0], b.ids[0]) = (k, id);
     there.is_none()
 }
 
@@ -408,15 +411,15 @@ mod tests {
         let i = take();
         // SAFETY: a block of this test's own.
         let i = unsafe { &mut *i };
-        // 40,000 keys that each take a bucket of their own while the table has room for
-        // them (1, 2, 3, ...: the low bits pick the bucket), the table growing from 1,024
-        // buckets to 65,536 as it fills: every key kept through each growth.
+        // 40,000 keys that share a bucket by two at most while the table has room for them
+        // (1, 2, 3, ...: the low bits pick the bucket), the table growing from 1,024
+        // buckets to 32,768 as it fills: every key kept through each growth.
         let key = |n: u64| n + 1;
         for n in 0..40_000u64 {
             assert_eq!(i.find(key(n)), None);
             noted(i, key(n), n as u32 + 1);
         }
-        assert_eq!(i.buckets, 65_536);
+        assert_eq!(i.buckets, 32_768);
         let found = (0..40_000u64)
             .filter(|&n| i.find(key(n)) == Some(n as u32 + 1))
             .count();
@@ -429,14 +432,18 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_keeps_its_four_most_recent_keys() {
-        let mut b = [(0u64, 0u64); WAYS_PER_BUCKET];
-        for k in 1..=5u64 {
-            assert!(put(&mut b, k, 10 * k));
+    fn a_bucket_keeps_its_five_most_recent_keys_in_one_cache_line() {
+        let mut b = Bucket {
+            keys: [0; WAYS_PER_BUCKET],
+            ids: [0; WAYS_PER_BUCKET],
+        };
+        for k in 1..=6u64 {
+            assert!(put(&mut b, k, 10 * k as u32));
         }
-        assert_eq!(b, [(5, 50), (4, 40), (3, 30), (2, 20)]);
+        assert_eq!((b.keys, b.ids), ([6, 5, 4, 3, 2], [60, 50, 40, 30, 20]));
         // One put again moves to the front, and is not counted as new.
         assert!(!put(&mut b, 3, 30));
-        assert_eq!(b, [(3, 30), (5, 50), (4, 40), (2, 20)]);
+        assert_eq!((b.keys, b.ids), ([3, 6, 5, 4, 2], [30, 60, 50, 40, 20]));
+        assert_eq!(BUCKET_BYTES, 64);
     }
 }

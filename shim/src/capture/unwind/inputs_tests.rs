@@ -104,11 +104,10 @@ fn call_paths_from_one_start_are_each_met_by_their_inputs_with_their_own_id() {
     assert!(first
         .iter()
         .all(|s| s.2 == From::Walk && s.0.len() > LEVELS as usize));
-    // Met again: the last two in the two memos (the last walks), every one before them by
-    // its inputs (asked before the first-state cache, whose set holds the last 16); each
-    // with the id of its own frames.
+    // Met again: the last 16 in the first-state set (asked first), every one before them
+    // by its inputs; each with the id of its own frames.
     for (bits, (was, now)) in first.iter().zip(second).enumerate() {
-        let from = if bits < 62 { From::Inputs } else { From::Met };
+        let from = if bits < 48 { From::Inputs } else { From::Met };
         assert_eq!((now.1, now.2), (was.1, from), "path {bits}");
     }
     // With another thing merged: none by its inputs; each walked (its walk taking the

@@ -7,8 +7,8 @@
 //!   └► state (sp, rbp, ra) ── same as a remembered state, and every stack word read
 //!      │                      after it unchanged? ─► copy the remembered frames, done
 //!      │                      (memo.rs: usually at the first state, ~1 ns a word)
-//!      ├► (first state, no memo) a walk of this start that read these words?
-//!      │    ─► its stack id, no frames (inputs.rs); else the first-state cache (first.rs)
+//!      ├► (first state, no memo) the first-state cache (first.rs), then: a walk of this
+//!      │    start that read these words? ─► its stack id, no frames (inputs.rs)
 //!      └► rule = rules::get(ra - 1)                lock-free, one cache line
 //!           miss ─► cfi::Slow::rule_for            once per address, under a try-lock
 //!         CFA = rsp|rbp + off (or *(rbp + off)); ra = *(CFA - 8); rbp = *(CFA|rbp + off)
@@ -517,24 +517,22 @@ fn walk(
         }
         if rec.states() == 0 {
             // No memo starts here as this walk does (a loop's allocations meet one, with
-            // the stack id noted for it): a walk of the same start that read the same words
-            // may have its stack id noted (the caller takes it; no frame is copied). Asked
-            // before the first-state cache: where many call paths share a start, a set's
-            // entries differ only in their outer words, and comparing each word by word
-            // cost more than the one hash (BENCHMARKS.md, fourteenth).
-            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
-                // SAFETY: this thread's block; `lo..top` is its stack.
-                if let Some(id) = unsafe { i.lookup(from, out.len(), top, w) } {
-                    met.id = Some(id);
-                    return Some(0);
-                }
-            }
-            // Else the first-state cache may hold this call path's frames.
+            // the stack id noted for it): the first-state cache may hold this call path.
             if let Some(c) = keep.as_deref_mut() {
                 // SAFETY: this thread's cache; `lo..top` is its stack.
                 if let Some((total, entry)) = unsafe { c.lookup(from, out, with) } {
                     met.hit = Some(memo::SLOTS + entry);
                     return Some(total);
+                }
+            }
+            // Nor that cache (or it sits out a rest: more call paths of this start than a
+            // set holds): a walk of the same start that read the same words may have its
+            // stack id noted (the caller takes it; no frame is copied).
+            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
+                // SAFETY: this thread's block; `lo..top` is its stack.
+                if let Some(id) = unsafe { i.lookup(from, out.len(), top, w) } {
+                    met.id = Some(id);
+                    return Some(0);
                 }
             }
         }
