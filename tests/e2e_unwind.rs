@@ -217,19 +217,23 @@ fn records_unwound(name: &str, args: &[&str], mode: &str) -> Vec<Record> {
     decode(&run.trace).1
 }
 
+/// `varied_sites args` unwound fast and slow: (events, distinct stacks) of the fast run,
+/// once each event's frames are found equal to those libgcc found for it.
+fn varied_sites_fast_as_slow(args: &[&str]) -> (usize, usize) {
+    let fast = events_with_frames(&records_unwound("varied_sites", args, "fast"));
+    let slow = events_with_frames(&records_unwound("varied_sites", args, "slow"));
+    assert_eq!(fast, slow);
+    let distinct: std::collections::HashSet<_> = fast.iter().collect();
+    (fast.len(), distinct.len())
+}
+
 /// Call paths in turn, met in the first-state cache once a thread has made 256 captures:
 /// an entry's frames are not even copied once its stack id is noted, and each event must
 /// still name the frames libgcc finds for it (`varied_sites`: 7 paths, 200 rounds).
 #[test]
 fn ids_reused_from_the_first_state_cache_name_the_same_frames_as_libgcc_finds() {
-    let args = ["7", "200", "3"];
-    let fast = events_with_frames(&records_unwound("varied_sites", &args, "fast"));
-    let slow = events_with_frames(&records_unwound("varied_sites", &args, "slow"));
-    assert_eq!(fast.len(), 2800);
-    assert_eq!(fast, slow);
-    // 14 different stacks: 7 paths, an allocation's and a free's each.
-    let distinct: std::collections::HashSet<_> = fast.iter().collect();
-    assert_eq!(distinct.len(), 14);
+    // 2,800 events; 14 different stacks: 7 paths, an allocation's and a free's each.
+    assert_eq!(varied_sites_fast_as_slow(&["7", "200", "3"]), (2800, 14));
 }
 
 /// Many call paths from one start, more than a first-state set holds (`varied_sites`: 256
@@ -238,14 +242,11 @@ fn ids_reused_from_the_first_state_cache_name_the_same_frames_as_libgcc_finds() 
 /// without a walk or a frame, and each event must still name the frames libgcc finds.
 #[test]
 fn ids_given_by_a_walks_inputs_name_the_same_frames_as_libgcc_finds() {
-    let args = ["256", "20", "12"];
-    let fast = events_with_frames(&records_unwound("varied_sites", &args, "fast"));
-    let slow = events_with_frames(&records_unwound("varied_sites", &args, "slow"));
-    assert_eq!(fast.len(), 10240);
-    assert_eq!(fast, slow);
-    // 512 different stacks: 256 paths, an allocation's and a free's each.
-    let distinct: std::collections::HashSet<_> = fast.iter().collect();
-    assert_eq!(distinct.len(), 512);
+    // 10,240 events; 512 different stacks: 256 paths, an allocation's and a free's each.
+    assert_eq!(
+        varied_sites_fast_as_slow(&["256", "20", "12"]),
+        (10240, 512)
+    );
 }
 
 /// Call paths met in turn, as a training step's are (`varied_sites`: 7 paths of 3 and 4

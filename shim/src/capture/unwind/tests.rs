@@ -334,7 +334,15 @@ fn a_capture_packs_its_frames_slot_and_id_into_one_word() {
         (c.n(), c.hit(), c.noted()),
         (128, Some(257), Some(u32::MAX))
     );
+    assert!(!c.waits_for_id());
     let c = Captured::new(0, None, None);
     assert_eq!((c.n(), c.hit(), c.noted()), (0, None, None));
+    // A walk kept by its inputs: the flag beside the frames, which stay as they were.
+    let c = Captured::new(crate::sys::config::MAX_STACK_DEPTH, None, None).pending(true);
+    assert!(c.waits_for_id());
+    assert_eq!((c.n(), c.hit(), c.noted()), (128, None, None));
+    assert!(!Captured::new(3, Some(1), None)
+        .pending(false)
+        .waits_for_id());
     assert_eq!(std::mem::size_of::<Option<Captured>>(), 16);
 }
