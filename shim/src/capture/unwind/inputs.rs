@@ -42,9 +42,9 @@ use crate::sys::{pages, prefetch};
 
 /// Shapes per thread, in sets of `WAYS` chosen by the start: a start has a shape per
 /// frame layout its call paths take (two copies of one function that save a register in
-/// different slots make two), and with sets of 4 the four starts of `varied_sites` (an
-/// allocation and a free at two depths) thrashed one set in some runs (BENCHMARKS.md,
-/// fourteenth). About 2 KiB each, touched only when used.
+/// different slots make two; `varied_sites` has two a start, at four starts: an allocation
+/// and a free at two depths), and starts share sets. About 2 KiB each, touched only when
+/// used.
 const SETS: usize = 32;
 const WAYS: usize = 8;
 /// Words a shape holds; a walk that read more is not kept.
@@ -54,9 +54,9 @@ const WAYS_PER_BUCKET: usize = 5;
 /// The table's first size in buckets (64 KiB), and its largest (4 MiB): it doubles when it
 /// holds `LOAD` keys a bucket on average. Keys met in turn replace each other in a bucket
 /// that gets more than its five: at two a bucket that is 5% of them. A thread that walks few
-/// call paths touches little; the 200,000 of `varied_sites 100000` fit, in a table small
-/// enough that a probe is not a trip to memory each time: on this machine a random load
-/// into 8 MiB took 29 to 76 ns, into 4 MiB 12 (BENCHMARKS.md, eleventh and fourteenth).
+/// call paths touches little. At the largest size the 200,000 keys of `varied_sites 100000`
+/// are three a bucket and about one in five is lost; a table of 8 MiB and 4-way buckets,
+/// which lost fewer, was no faster there (BENCHMARKS.md, fourteenth).
 const FIRST_BUCKETS: usize = 1 << 10;
 const MAX_BUCKETS: usize = 1 << 16;
 const LOAD: usize = 2;
