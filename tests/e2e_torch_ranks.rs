@@ -72,6 +72,22 @@ fn a_torchrun_job_reads_per_rank_in_pytorchs_terms() {
         .map(|t| t["leaked_bytes"].as_u64().unwrap())
         .collect();
     assert_eq!(leaked, vec![0, 3 * 65536]);
+    // The simulated torch keeps no library workspace to the end: all of it is the
+    // program's own.
+    let workspaces: Vec<(u64, u64)> = leaks["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let n = |f: &str| t[f].as_u64().unwrap();
+            (n("workspaces_bytes"), n("workspaces_count"))
+        })
+        .collect();
+    assert_eq!(workspaces, vec![(0, 0), (0, 0)]);
+    assert_eq!(
+        (&leaks["workspaces_bytes"], &leaks["workspaces_count"]),
+        (&Value::from(0), &Value::from(0))
+    );
     let sites = leaks["sites"].as_array().expect("sites");
     assert_eq!(sites.len(), 1);
     assert_eq!(

@@ -221,7 +221,7 @@ fn order(groups: &mut [((u64, MemKind), Group)]) -> (u64, u64) {
 /// The line under the total (`total`: bytes and count) that sets the libraries'
 /// workspaces (`workspaces`: bytes and count) apart from the program's own leak, if any is
 /// live; `one` and `many` name what is counted (tensors).
-fn workspaces_line(
+pub fn workspaces_line(
     (total_bytes, total_count): (u64, u64),
     (bytes, count): (u64, u64),
     (one, many): (&str, &str),

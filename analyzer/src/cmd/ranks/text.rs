@@ -6,6 +6,7 @@
 use std::io::{self, Write};
 
 use super::{RankRow, RanksReport, Which};
+use crate::report::leaks::workspaces_line;
 use crate::report::write_frames;
 use crate::units;
 
@@ -235,6 +236,11 @@ pub fn write_text(report: &RanksReport, out: &mut dyn Write) -> io::Result<()> {
             units::plural(report.leaked_count, one, many),
             units::plural(total, "call site", "call sites")
         )?;
+        let leaked = (report.leaked_bytes, report.leaked_count);
+        let workspaces = (report.workspaces_bytes, report.workspaces_count);
+        if let Some(line) = workspaces_line(leaked, workspaces, (one, many)) {
+            writeln!(out, "{line}")?;
+        }
     } else {
         writeln!(
             out,
