@@ -82,8 +82,9 @@ pub struct Cache {
 /// one in 16 took twice as long in three runs of eight (BENCHMARKS.md, fourteenth).
 /// Each poor window in a row doubles the rest, up to 16 times `REST` (262,144 captures): a
 /// window costs each lookup a scan of its set and each miss a stored walk, and where the
-/// cache keeps missing (many call paths of one start), windows at every `REST` cost that
-/// workload 10% (BENCHMARKS.md, fourteenth).
+/// cache keeps missing (many call paths of one start) a window at every `REST` is 6% of the
+/// captures, at the longest rest 0.4% (on `varied_sites 256` no difference showed within
+/// the runs' spread; BENCHMARKS.md, fourteenth).
 const WINDOW: u32 = 1024;
 const POOR: u32 = 2;
 const REST: u32 = 16 * 1024;
