@@ -215,6 +215,13 @@ fn intern_slow(frames: &[u64], h: u64) -> u64 {
     id
 }
 
+/// The frames stack `id` was defined with (`None`: no such id); takes the table's lock
+/// (`GPUMEMPROF_UNWIND=check` only).
+pub fn frames_of(id: u32) -> Option<Frames> {
+    let i = (id as usize).checked_sub(1)?;
+    TABLE.lock().defined.get(i).cloned()
+}
+
 /// Moves every stack defined since the last call into `out`, and copies every Python
 /// code defined since then into `codes` (the writer writes the codes first).
 pub fn take_fresh(out: &mut Vec<(u64, Frames)>, codes: &mut Vec<PyCode>) {

@@ -15,7 +15,7 @@
 //! address range, so the first recorded frame is the program's call site. Symbolization
 //! happens in the analyzer, from the module map.
 
-use crate::capture::unwind;
+use crate::capture::{intern, unwind};
 use crate::sys::config::{UnwindMode, MAX_STACK_DEPTH};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -80,6 +80,34 @@ pub fn capture_memo(
     }
 }
 
+/// The stack id of what `capture_memo` found, `with` merged in: the id noted for the memo
+/// met, if there is one (a loop's allocations: the same frames as the last time this memo
+/// was met from its start, neither copied nor hashed; BENCHMARKS.md, "fourth session",
+/// "2026-11-25, third" and "2026-11-26, tenth"), or for a walk of the same inputs
+/// (`unwind/inputs.rs`), else `intern` of the frames, then noted for the memo met, if any,
+/// and for the walk's inputs, if it was kept by them.
+#[inline(always)]
+pub fn id_of(
+    c: unwind::Captured,
+    frames: &[MaybeUninit<u64>],
+    with: u64,
+    intern: impl FnOnce(&[u64]) -> u32,
+) -> u32 {
+    if let Some(id) = c.noted() {
+        return id;
+    }
+    // SAFETY: `capture_memo` initialised the first `n` entries (all but with a noted id).
+    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, c.n()) };
+    let id = intern(frames);
+    if let Some(slot) = c.hit() {
+        unwind::set_memo_stack_id(slot, c.n(), id, with);
+    }
+    if c.waits_for_id() {
+        unwind::note_walked_id(id);
+    }
+    id
+}
+
 /// The slow unwinder (libgcc's), with the same frames skipped: the reference the fast
 /// one is compared with, and its fallback.
 #[inline(never)]
@@ -129,29 +157,38 @@ mod check {
     static DIFFERED: AtomicU64 = AtomicU64::new(0);
     /// Stacks whose fast frames came from the first-state cache (`unwind/first.rs`).
     static FIRST_MET: AtomicU64 = AtomicU64::new(0);
+    /// Stacks whose id a walk of the same inputs gave (`unwind/inputs.rs`).
+    static BY_INPUTS: AtomicU64 = AtomicU64::new(0);
     /// Differences printed in full at most (the count goes on).
     const PRINTED: u64 = 3;
 
     pub fn capture_both(out: &mut [MaybeUninit<u64>], lo: u64, hi: u64) -> usize {
         let mut fast = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
         let len = out.len().min(MAX_STACK_DEPTH);
-        let fast_memo = unwind::capture_memo(&mut fast[..len], lo, hi);
-        let nf = fast_memo.map(|(n, _)| n);
+        // The fast path as the hooks take it (nothing merged: native frames alone): an id
+        // reused from a memo, a first-state entry or a walk's inputs is checked by the
+        // frames it was interned with, and each id is noted as the hooks note it.
+        let fast_c = unwind::capture_noted(&mut fast[..len], lo, hi, Some(0), None);
         let n = capture_slow(out);
         // SAFETY: each unwinder initialised the frames it counted.
         let slow = unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) };
         COMPARED.fetch_add(1, Ordering::Relaxed);
-        if fast_memo.is_some_and(|(_, hit)| hit.is_some_and(unwind::is_first_state_entry)) {
+        let Some(c) = fast_c else {
+            return n;
+        };
+        if c.hit().is_some_and(unwind::is_first_state_entry) {
             FIRST_MET.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(nf) = nf {
-            // SAFETY: as above.
-            let fast = unsafe { std::slice::from_raw_parts(fast.as_ptr() as *const u64, nf) };
-            if fast != slow && DIFFERED.fetch_add(1, Ordering::Relaxed) < PRINTED {
-                crate::sys::diag::line(&format!(
-                    "gpumemprof: unwind check: the stacks differ\n  fast: {fast:x?}\n  slow: {slow:x?}\n"
-                ));
-            }
+        if c.noted().is_some() && c.hit().is_none() {
+            BY_INPUTS.fetch_add(1, Ordering::Relaxed);
+        }
+        let id = id_of(c, &fast, 0, intern::intern);
+        let frames = intern::frames_of(id);
+        let fast = frames.as_deref().unwrap_or(&[]);
+        if fast != slow && DIFFERED.fetch_add(1, Ordering::Relaxed) < PRINTED {
+            crate::sys::diag::line(&format!(
+                "gpumemprof: unwind check: the stacks differ\n  fast: {fast:x?}\n  slow: {slow:x?}\n"
+            ));
         }
         n
     }
@@ -161,19 +198,20 @@ mod check {
         if MODE.load(Ordering::Relaxed) != CHECK {
             return;
         }
-        let mut buf = [0u8; 200];
+        let mut buf = [0u8; 240];
         let mut w = &mut buf[..];
         let _ = std::io::Write::write_fmt(
             &mut w,
             format_args!(
-                "gpumemprof: unwind check: {} stacks compared, {} differed, {} left to the slow unwinder, {} met in the first-state cache\n",
+                "gpumemprof: unwind check: {} stacks compared, {} differed, {} left to the slow unwinder, {} met in the first-state cache, {} given by their inputs\n",
                 COMPARED.load(Ordering::Relaxed),
                 DIFFERED.load(Ordering::Relaxed),
                 unwind::FALLBACKS.load(Ordering::Relaxed),
-                FIRST_MET.load(Ordering::Relaxed)
+                FIRST_MET.load(Ordering::Relaxed),
+                BY_INPUTS.load(Ordering::Relaxed)
             ),
         );
-        let len = 200 - w.len();
+        let len = 240 - w.len();
         // SAFETY: writes initialised bytes of a local buffer to stderr.
         unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, len) };
     }

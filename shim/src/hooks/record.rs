@@ -6,7 +6,7 @@
 
 use crate::capture::intern;
 use crate::capture::thread::{Guard, ThreadState};
-use crate::capture::{python, stack, unwind};
+use crate::capture::{python, stack};
 use crate::session;
 use crate::sys::clock;
 use crate::sys::config::MAX_STACK_DEPTH;
@@ -136,7 +136,7 @@ fn capture_stack(depth: usize) -> u32 {
     // A walk's frames are the stack interned: its id's slot is asked for while the walk
     // is stored (`unwind::Found`).
     let c = stack::capture_memo(&mut frames[..depth], Some(0), Some(intern::prefetch));
-    id_of(c, &frames, 0, intern::intern)
+    stack::id_of(c, &frames, 0, intern::intern)
 }
 
 /// `capture_stack` once an interpreter is found: the thread's Python frames read first,
@@ -152,35 +152,7 @@ fn with_python(depth: usize) -> u32 {
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
     // No prefetch: the stack interned is the merged one, known only after the walk.
     let c = stack::capture_memo(&mut frames[..depth], Some(with), None);
-    id_of(c, &frames, with, |native| intern_with_python(native, &py))
-}
-
-/// The stack id of what `capture_memo` found, `with` merged in: the id noted for the memo
-/// met, if there is one (a loop's allocations: the same frames as the last time this memo
-/// was met from its start, neither copied nor hashed; BENCHMARKS.md, "fourth session",
-/// "2026-11-25, third" and "2026-11-26, tenth"), or for a walk of the same inputs
-/// (`unwind/inputs.rs`), else `intern` of the frames, then noted for the memo met, if any,
-/// and for the walk's inputs, if it was kept by them.
-#[inline(always)]
-fn id_of(
-    c: unwind::Captured,
-    frames: &[MaybeUninit<u64>],
-    with: u64,
-    intern: impl FnOnce(&[u64]) -> u32,
-) -> u32 {
-    if let Some(id) = c.noted() {
-        return id;
-    }
-    // SAFETY: `capture_memo` initialised the first `n` entries (all but with a noted id).
-    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, c.n()) };
-    let id = intern(frames);
-    if let Some(slot) = c.hit() {
-        unwind::set_memo_stack_id(slot, c.n(), id, with);
-    }
-    if c.waits_for_id() {
-        unwind::note_walked_id(id);
-    }
-    id
+    stack::id_of(c, &frames, with, |native| intern_with_python(native, &py))
 }
 
 /// Captures and interns the stack, and hands the event of thread `me` to the writer.

@@ -183,7 +183,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_UNWIND",
         default: "fast",
-        doc: "How native stacks are unwound: `fast` applies unwind rules cached per return address (read once from each object's `.eh_frame`) and hands any stack it cannot unwind exactly to libgcc's unwinder; `slow` uses libgcc's unwinder for every stack (microseconds per event); `check` runs both on every event, records the slow one's frames and prints differences and a count at exit on stderr (`gpumemprof: unwind check: N stacks compared, N differed, N left to the slow unwinder, N met in the first-state cache`; for tests and bug reports). All three record the same frames.",
+        doc: "How native stacks are unwound: `fast` applies unwind rules cached per return address (read once from each object's `.eh_frame`) and hands any stack it cannot unwind exactly to libgcc's unwinder; `slow` uses libgcc's unwinder for every stack (microseconds per event); `check` runs both on every event, records the slow one's frames and prints differences and a count at exit on stderr (`gpumemprof: unwind check: N stacks compared, N differed, N left to the slow unwinder, N met in the first-state cache, N given by their inputs`; a stack id the fast path reuses, from a memo, the first-state cache or a walk's inputs, is checked by the frames it was interned with; for tests and bug reports). All three record the same frames.",
     },
     Var {
         name: "GPUMEMPROF_QUIET",

@@ -200,6 +200,7 @@ pub fn is_first_state_entry(slot: usize) -> bool {
 /// `capture`, and the memo slot the walk met at its first state, if it did: then the
 /// frames are that memo's first frames, the same as the last time it was met so with
 /// this many frames (until it is stored anew), and `capture_noted` may know their id.
+#[cfg(test)]
 #[inline(always)]
 pub fn capture_memo(
     out: &mut [MaybeUninit<u64>],
