@@ -137,25 +137,35 @@ pub fn finish(h: u64) -> u64 {
     (h ^ (h >> 29)) | 1
 }
 
-/// 64-bit hash of a stack, never 0 (0 marks an empty cache slot). Four independent
-/// lanes, each over every fourth frame, so the multiply chains overlap instead of
-/// waiting on each other (a 25-frame stack hashes in about a quarter of the latency).
+/// 64-bit hash of a stack, never 0 (0 marks an empty cache slot).
 #[inline]
 pub fn hash(frames: &[u64]) -> u64 {
-    let mut lanes = [
+    let seeds = [
         (frames.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         0x243F_6A88_85A3_08D3,
         0x1319_8A2E_0370_7344,
         0xA409_3822_299F_31D0,
     ];
-    let mut chunks = frames.chunks_exact(4);
+    hash_lanes(seeds, frames, |&f| f)
+}
+
+/// A hash of `value(item)` for each of `items`, never 0: four independent lanes started
+/// at `seeds`, each over every fourth item, so the multiply chains overlap instead of
+/// waiting on each other (a 25-frame stack hashes in about a quarter of the latency); the
+/// items four at a time, no index to check. `hash` of a stack's frames, and the key of a
+/// walk's inputs (`unwind/inputs.rs`).
+#[inline(always)]
+pub fn hash_lanes<T>(seeds: [u64; 4], items: &[T], value: impl Fn(&T) -> u64) -> u64 {
+    let mut lanes = seeds;
+    let mut chunks = items.chunks_exact(4);
     for c in &mut chunks {
-        for i in 0..4 {
-            lanes[i] = mix(lanes[i], c[i]);
-        }
+        lanes[0] = mix(lanes[0], value(&c[0]));
+        lanes[1] = mix(lanes[1], value(&c[1]));
+        lanes[2] = mix(lanes[2], value(&c[2]));
+        lanes[3] = mix(lanes[3], value(&c[3]));
     }
-    for (i, &f) in chunks.remainder().iter().enumerate() {
-        lanes[i] = mix(lanes[i], f);
+    for (lane, item) in lanes.iter_mut().zip(chunks.remainder()) {
+        *lane = mix(*lane, value(item));
     }
     let mut h = lanes[0];
     for &l in &lanes[1..] {

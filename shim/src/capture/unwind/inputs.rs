@@ -37,7 +37,7 @@ use super::memo;
 use super::pool::Pool;
 use std::mem::MaybeUninit;
 
-use crate::capture::intern::{finish, mix};
+use crate::capture::intern::{hash_lanes, mix};
 use crate::sys::{pages, prefetch};
 
 /// Shapes per thread, in sets of `WAYS` chosen by the start: a start has a shape per
@@ -110,31 +110,16 @@ fn set(ip: u64, sp: u64) -> std::ops::Range<usize> {
 }
 
 /// The key of a walk of the shape tagged `tag` that read `items`, the value of each
-/// `value(item)`: four independent lanes, as `intern::hash` hashes frames, over the items
-/// four at a time (no index to check).
+/// `value(item)`, with `with` merged and the rbp `bp` (0 where no rule reads it).
 #[inline(always)]
 fn key<T>(tag: u64, with: u64, bp: u64, items: &[T], value: impl Fn(&T) -> u64) -> u64 {
-    let mut lanes = [
+    let seeds = [
         tag,
         mix(with, 0x243F_6A88_85A3_08D3),
         bp,
         items.len() as u64,
     ];
-    let mut chunks = items.chunks_exact(4);
-    for c in &mut chunks {
-        lanes[0] = mix(lanes[0], value(&c[0]));
-        lanes[1] = mix(lanes[1], value(&c[1]));
-        lanes[2] = mix(lanes[2], value(&c[2]));
-        lanes[3] = mix(lanes[3], value(&c[3]));
-    }
-    for (lane, item) in lanes.iter_mut().zip(chunks.remainder()) {
-        *lane = mix(*lane, value(item));
-    }
-    let mut h = lanes[0];
-    for &l in &lanes[1..] {
-        h = mix(h, l);
-    }
-    finish(h)
+    hash_lanes(seeds, items, value)
 }
 
 impl Shape {
