@@ -12,9 +12,17 @@ pub(super) fn retried<T>(mut f: impl FnMut() -> Option<T>) -> T {
         if let Some(r) = f() {
             return r;
         }
+        RETRIED.with(|r| r.set(true));
         assert!(std::time::Instant::now() < deadline, "fast path");
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
+}
+
+thread_local! {
+    /// `retried` tried again on this thread: the optimiser peels its loop, so the call
+    /// that succeeded came from another copy of it, another return address: another call
+    /// path than a first try's, with a memo of its own (`on_a_fresh_thread`).
+    static RETRIED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// `depth` real frames, then both unwinders from the same function.
@@ -201,7 +209,9 @@ fn from_one_caller(which: u32) -> bool {
 /// `f` on a thread of its own (fresh memos), the rule epoch held still meanwhile (a new
 /// epoch makes every memo stale). Other tests load libraries, which moves the epoch
 /// (`modules::generation`, from tests of the writer and the module scan that do not know
-/// this lock): a run during which it moved is run again, on a fresh thread.
+/// this lock): a run during which it moved is run again, on a fresh thread. So is a run
+/// whose captures `retried` had to try again (the rules' lock held by another test's
+/// walk): the one that succeeded came from another call site than the rounds after it.
 pub(super) fn on_a_fresh_thread<T: Send + 'static>(f: impl Fn() -> T + Send + Sync + 'static) -> T {
     assert!(init());
     let _steady = EPOCH_STEADY.lock();
@@ -209,12 +219,14 @@ pub(super) fn on_a_fresh_thread<T: Send + 'static>(f: impl Fn() -> T + Send + Sy
     for _ in 0..20 {
         let before = EPOCH.load(Ordering::Acquire);
         let run = f.clone();
-        let r = std::thread::spawn(move || run()).join().unwrap();
-        if EPOCH.load(Ordering::Acquire) == before {
+        let (r, retried) = std::thread::spawn(move || (run(), RETRIED.with(|r| r.get())))
+            .join()
+            .unwrap();
+        if EPOCH.load(Ordering::Acquire) == before && !retried {
             return r;
         }
     }
-    panic!("the rule epoch moved during 20 runs in a row");
+    panic!("the rule epoch moved, or a capture was tried again, during 20 runs in a row");
 }
 
 #[test]
