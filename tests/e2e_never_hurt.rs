@@ -1,8 +1,8 @@
 //! The profiler must never hurt the job: what went wrong under a fault injector and a
 //! newcomer's setups, each run as the user ran it and held to what the job does without us.
 //! Two copies of the shim in one process (a pip install's and a source build's), a file size
-//! limit (`ulimit -f`) the trace reaches, a job that makes 100,000 short-lived threads, and a
-//! trace list that another user replaced with a symbolic link.
+//! limit (`ulimit -f`) the trace reaches, a job that makes 100,000 short-lived threads, a trace
+//! list that another user replaced with a symbolic link, and a bug in the shim itself.
 
 use std::path::Path;
 use std::process::Command;
@@ -251,5 +251,77 @@ fn a_python_jobs_signal_handlers_stay_its_own() {
     assert_eq!(
         (&s["totals"]["allocations"], &s["totals"]["frees"]),
         (&1.into(), &1.into())
+    );
+}
+
+/// A bug in the shim's bookkeeping (here the one `GPUMEMPROF_TEST_PANIC_AT` asks for, at
+/// the fifth event): the job runs on as without us, one warning line says what happened
+/// (no backtrace, nothing more for the events after it), every later call passes
+/// through, and the trace holds the four events before it and says why it stops there.
+#[test]
+fn a_bug_in_the_shim_stops_recording_with_one_line_not_the_job() {
+    let dir = scratch("never_hurt_internal_error");
+    let trace = dir.join("loop.trace");
+    let mut cmd = program_command("bench_loop");
+    cmd.args(["cuda", "20", "2000"])
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0")
+        .env("GPUMEMPROF_TEST_PANIC_AT", "5");
+    let ended = run_within(cmd, Duration::from_secs(60));
+    // bench_loop checks every call (exit 1 on a failed one) and prints its count.
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+    assert!(ended.stdout.contains("pairs=2000"), "{}", ended.stdout);
+    let warnings: Vec<&str> = ended
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpumemprof: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", ended.stderr);
+    assert!(
+        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/session/halt.rs:"),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].ends_with(
+            ": GPUMEMPROF_TEST_PANIC_AT=5 asked for this panic; recording stops here and the \
+             program goes on (a bug in gpumemprof: please report it)"
+        ),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        !ended.stderr.contains("panicked") && !ended.stderr.contains("backtrace"),
+        "{}",
+        ended.stderr
+    );
+    // The exit line: the four events, and why the rest is not there.
+    let line = format!(
+        "gpumemprof: wrote 4 events to {}, then recording stopped at ",
+        trace.display()
+    );
+    assert!(ended.stderr.contains(&line), "{line}\n{}", ended.stderr);
+    assert!(
+        ended.stderr.contains(
+            ": the profiler met an internal error (a bug in gpumemprof: please report it); \
+             what the program did after that is not in the trace"
+        ),
+        "{}",
+        ended.stderr
+    );
+    let summary = report("summary", &trace, &[]);
+    let t = &summary["trace"];
+    assert_eq!(t["stopped"]["reason"], "internal_error");
+    assert_eq!(t["complete"], true);
+    assert_eq!(t["ending"]["how"], "exit");
+    assert_eq!(t["events"], 4);
+    assert_eq!(summary["totals"]["allocations"], 2);
+    assert_eq!(summary["totals"]["frees"], 2);
+    // The text report's warning names the reason in words.
+    let text = gpumemprof_tests::profiled::report_text("summary", &trace, &[]);
+    assert!(
+        text.contains("the profiler met an internal error (a bug in gpumemprof: please report it)"),
+        "{text}"
     );
 }

@@ -308,7 +308,8 @@ pub struct EndingRecord {
     pub ending: Ending,
 }
 
-/// Why the shim stopped recording before the process ended: a write to the trace failed.
+/// Why the shim stopped recording before the process ended: a write to the trace failed,
+/// or a bug of the shim stopped it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     /// The file size limit (`ulimit -f`, `RLIMIT_FSIZE`): `EFBIG`.
@@ -317,6 +318,9 @@ pub enum StopReason {
     NoSpace,
     /// Any other write error.
     WriteError,
+    /// A bug of the shim (a panic in its bookkeeping, caught): it stopped recording and
+    /// let the program go on.
+    InternalError,
 }
 
 impl StopReason {
@@ -325,6 +329,7 @@ impl StopReason {
             StopReason::FileSizeLimit => 1,
             StopReason::NoSpace => 2,
             StopReason::WriteError => 3,
+            StopReason::InternalError => 4,
         }
     }
 
@@ -333,6 +338,7 @@ impl StopReason {
             1 => Some(StopReason::FileSizeLimit),
             2 => Some(StopReason::NoSpace),
             3 => Some(StopReason::WriteError),
+            4 => Some(StopReason::InternalError),
             _ => None,
         }
     }
@@ -352,6 +358,7 @@ impl StopReason {
             StopReason::FileSizeLimit => "file_size_limit",
             StopReason::NoSpace => "no_space",
             StopReason::WriteError => "write_error",
+            StopReason::InternalError => "internal_error",
         }
     }
 
@@ -361,6 +368,9 @@ impl StopReason {
             StopReason::FileSizeLimit => "the file size limit (ulimit -f) was reached",
             StopReason::NoSpace => "the file system was full",
             StopReason::WriteError => "a write to the trace file failed",
+            StopReason::InternalError => {
+                "the profiler met an internal error (a bug in gpumemprof: please report it)"
+            }
         }
     }
 }

@@ -568,6 +568,8 @@ pub struct TraceWriter<W: Write> {
     /// Bytes written whole: the preamble and every block written without error. After a
     /// failed write the file may hold part of a block past this.
     written: u64,
+    /// The file may not grow past this (`set_budget`).
+    budget: Option<u64>,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -581,7 +583,17 @@ impl<W: Write> TraceWriter<W> {
             block: Vec::new(),
             level,
             written: 16 + json.len() as u64,
+            budget: None,
         })
+    }
+
+    /// Blocks that would take the file past `bytes` are not written: `flush_block` fails
+    /// with `EFBIG`, as a write past the file size limit (`ulimit -f`) does, before any of
+    /// the block reaches the file. A writer given a budget below that limit keeps room past
+    /// it for a last small block that says why the trace ends there (lift the budget with
+    /// `None` to write it).
+    pub fn set_budget(&mut self, bytes: Option<u64>) {
+        self.budget = bytes;
     }
 
     /// Bytes of the file that are whole: the preamble and every block written without
@@ -608,7 +620,14 @@ impl<W: Write> TraceWriter<W> {
             self.enc.clear();
             return Ok(0);
         }
+        /// Linux's `EFBIG`: what the kernel answers a write past the file size limit.
+        const EFBIG: i32 = 27;
+        let within = |len: usize| match self.budget {
+            Some(b) if self.written + len as u64 > b => Err(io::Error::from_raw_os_error(EFBIG)),
+            _ => Ok(()),
+        };
         let res = compress_block(self.enc.raw(), self.level, &mut self.block)
+            .and_then(|()| within(self.block.len()))
             .and_then(|()| self.out.write_all(&self.block));
         self.enc.clear();
         if res.is_ok() {

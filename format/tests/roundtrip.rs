@@ -275,6 +275,26 @@ fn every_kind() -> Vec<Record> {
             time_ns: 0,
             ending: Ending::Exit(i32::MAX),
         }),
+        Record::Stopped(StoppedRecord {
+            time_ns: 9,
+            reason: StopReason::FileSizeLimit,
+            errno: 27,
+        }),
+        Record::Stopped(StoppedRecord {
+            time_ns: u64::MAX,
+            reason: StopReason::NoSpace,
+            errno: 28,
+        }),
+        Record::Stopped(StoppedRecord {
+            time_ns: 0,
+            reason: StopReason::WriteError,
+            errno: u32::MAX,
+        }),
+        Record::Stopped(StoppedRecord {
+            time_ns: 5,
+            reason: StopReason::InternalError,
+            errno: 0,
+        }),
         Record::Tensor(Tensor {
             time_ns: 2, // behind the running event time: a negative delta
             tid: 9,
@@ -331,6 +351,30 @@ fn an_ending_by_signal_is_its_time_how_and_number() {
         ending: Ending::Exit(3),
     });
     assert_eq!(raw_of(std::slice::from_ref(&r)), vec![14, 3, 5, 1, 6]);
+}
+
+/// Recording stopped by a bug of the shim: kind 16, time, reason 4, errno 0; each reason
+/// reads back as itself, with its JSON name.
+#[test]
+fn a_stop_for_an_internal_error_is_its_time_reason_and_errno() {
+    let r = Record::Stopped(StoppedRecord {
+        time_ns: 5,
+        reason: StopReason::InternalError,
+        errno: 0,
+    });
+    assert_eq!(raw_of(std::slice::from_ref(&r)), vec![16, 3, 5, 4, 0]);
+    let names: Vec<(u8, &str)> = (0..=5)
+        .filter_map(|v| StopReason::from_u8(v).map(|r| (r.to_u8(), r.name())))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (1, "file_size_limit"),
+            (2, "no_space"),
+            (3, "write_error"),
+            (4, "internal_error")
+        ]
+    );
 }
 
 /// A tensor freed by PyTorch's allocator: kind 15, then the time delta (not advancing the
@@ -679,6 +723,37 @@ fn writer_flush_and_preamble() {
     assert_eq!(&bytes[..8], &MAGIC);
     assert_eq!(&bytes[8..12], &FORMAT_VERSION.to_le_bytes());
     assert_eq!(&bytes[12..16], &2u32.to_le_bytes());
+}
+
+/// A budget of the preamble and one block: the next block is refused whole with `EFBIG`
+/// (27) and nothing of it reaches the file; with the budget lifted, the last block is
+/// written, and the file reads to its end.
+#[test]
+fn a_block_past_the_budget_is_refused_whole() {
+    let mut w = TraceWriter::new(Vec::new(), &json!({}), 1).unwrap();
+    w.encoder().alloc(&alloc(1, 0x1000));
+    let first = w.flush_block().unwrap();
+    w.set_budget(Some(18 + first as u64));
+    w.encoder().alloc(&alloc(2, 0x2000));
+    let err = w.flush_block().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(27));
+    assert_eq!(w.written(), 18 + first as u64);
+    assert_eq!(w.get_ref().len(), 18 + first);
+    assert!(w.encoder().is_empty());
+    w.set_budget(None);
+    w.encoder().end(&Stats::default());
+    let last = w.flush_block().unwrap();
+    assert_eq!(w.written(), (18 + first + last) as u64);
+    let bytes = w.into_inner();
+    let (recs, r) = read_all(&bytes).unwrap();
+    assert_eq!(
+        recs,
+        [
+            Record::Alloc(alloc(1, 0x1000)),
+            Record::End(Stats::default())
+        ]
+    );
+    assert!(!r.truncated());
 }
 
 #[test]

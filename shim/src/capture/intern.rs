@@ -22,6 +22,7 @@
 //! table, under the same lock, so the writer takes new codes and new stacks together and
 //! writes the codes first: a stack never refers to an undefined code.
 
+use super::words_hash::hash_words;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -125,18 +126,6 @@ pub fn intern_code(key: CodeKey, describe: impl FnOnce() -> (String, String, u32
     Some(id)
 }
 
-/// One round of `hash`: `v` folded into `h`.
-#[inline(always)]
-pub fn mix(h: u64, v: u64) -> u64 {
-    (h.rotate_left(23) ^ v).wrapping_mul(0xA24B_AED4_963E_E407)
-}
-
-/// The last step of `hash`: the high bits folded down, and never 0.
-#[inline(always)]
-pub fn finish(h: u64) -> u64 {
-    (h ^ (h >> 29)) | 1
-}
-
 /// 64-bit hash of a stack, never 0 (0 marks an empty cache slot).
 #[inline]
 pub fn hash(frames: &[u64]) -> u64 {
@@ -146,32 +135,7 @@ pub fn hash(frames: &[u64]) -> u64 {
         0x1319_8A2E_0370_7344,
         0xA409_3822_299F_31D0,
     ];
-    hash_lanes(seeds, frames, |&f| f)
-}
-
-/// A hash of `value(item)` for each of `items`, never 0: four independent lanes started
-/// at `seeds`, each over every fourth item, so the multiply chains overlap instead of
-/// waiting on each other (a 25-frame stack hashes in about a quarter of the latency); the
-/// items four at a time, no index to check. `hash` of a stack's frames, and the key of a
-/// walk's inputs (`unwind/inputs.rs`).
-#[inline(always)]
-pub fn hash_lanes<T>(seeds: [u64; 4], items: &[T], value: impl Fn(&T) -> u64) -> u64 {
-    let mut lanes = seeds;
-    let mut chunks = items.chunks_exact(4);
-    for c in &mut chunks {
-        lanes[0] = mix(lanes[0], value(&c[0]));
-        lanes[1] = mix(lanes[1], value(&c[1]));
-        lanes[2] = mix(lanes[2], value(&c[2]));
-        lanes[3] = mix(lanes[3], value(&c[3]));
-    }
-    for (lane, item) in lanes.iter_mut().zip(chunks.remainder()) {
-        *lane = mix(*lane, value(item));
-    }
-    let mut h = lanes[0];
-    for &l in &lanes[1..] {
-        h = mix(h, l);
-    }
-    finish(h)
+    hash_words(seeds, frames, |&f| f)
 }
 
 /// Asks for what `intern(frames)` will read from the process's table of ids, if that is

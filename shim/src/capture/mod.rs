@@ -13,3 +13,4 @@ pub(crate) mod ring;
 pub(crate) mod stack;
 pub(crate) mod thread;
 pub(crate) mod unwind;
+pub(crate) mod words_hash;

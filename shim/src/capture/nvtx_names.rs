@@ -16,7 +16,8 @@
 //! the shim without bound). Ids start at 1 and are never reused, so an id doubles as an
 //! NVTX handle (domain, registered string) that is never NULL.
 
-use crate::capture::intern::{self, FxMap};
+use crate::capture::intern::FxMap;
+use crate::capture::words_hash;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -64,12 +65,12 @@ fn hash(bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = intern::mix(h, w);
+        h = words_hash::mix(h, w);
     }
     for &b in chunks.remainder() {
-        h = intern::mix(h, u64::from(b));
+        h = words_hash::mix(h, u64::from(b));
     }
-    intern::finish(h)
+    words_hash::finish(h)
 }
 
 /// The id of this name (at most `MAX_NAME` bytes), defining it on first sight.

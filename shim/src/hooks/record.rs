@@ -69,6 +69,8 @@ fn after_call(guard: Guard, f: impl FnOnce(&ThreadState)) {
     let slot = guard.thread().errno();
     // SAFETY: this thread's errno slot.
     let errno = unsafe { *slot };
+    // A panic (a bug of the shim) stops here; the panic hook said so and stopped
+    // recording for good (`session/halt.rs`).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(guard.thread())));
     // SAFETY: as above.
     unsafe { *slot = errno };
@@ -163,6 +165,7 @@ pub fn record(me: &ThreadState, r: Rec) {
     let Some(p) = session::recording() else {
         return;
     };
+    session::test_panic_due();
     let depth = session::stack_depth();
     let stack = if depth > 0 { capture_stack(depth) } else { 0 };
     let ev = Event {

@@ -8,7 +8,7 @@ use crate::capture::thread::Guard;
 use crate::sys::diag::{say, warn};
 use crate::sys::dl;
 use crate::writer::Written;
-use gpumemprof_format::Ending;
+use gpumemprof_format::{Ending, StopReason};
 use std::ffi::{c_int, c_void, CStr};
 use std::time::Duration;
 
@@ -41,14 +41,18 @@ fn finish_trace(status: c_int) {
             dropped,
             ..
         }) => say(&format!(
-            "wrote {} events to {}, then recording stopped at {}.{:03} s: {}; {} later events \
-                 are not in the trace",
+            "wrote {} events to {}, then recording stopped at {}.{:03} s: {}; {}",
             events,
             path,
             at / 1_000_000_000,
             at / 1_000_000 % 1000,
             reason.words(),
-            dropped
+            match reason {
+                // The hooks passed everything through from then on: nothing was counted.
+                StopReason::InternalError =>
+                    "what the program did after that is not in the trace".to_string(),
+                _ => format!("{dropped} later events are not in the trace"),
+            }
         )),
         Some(w) if w.out_of_memory > 0 => say(&format!(
             "wrote {} events to {}; {} failed for lack of memory: see why with: gpumemprof oom {}",

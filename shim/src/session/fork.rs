@@ -3,14 +3,14 @@
 //! child then starts its own trace on its first event (`GPUMEMPROF_FORK=trace`) or
 //! passes everything through (`off`).
 
-use super::{current, ACTIVE, DISABLED, FORK_OFF, PIPELINE, STATE, UNINIT};
+use super::{current, ACTIVE, DISABLED, FORK_OFF, PIPELINE, STATE, STOPPED, UNINIT};
 use crate::capture::{intern, nvtx_names, thread};
 use std::sync::atomic::Ordering;
 
 /// Before fork: hold the writer's and the stack table's locks (in the order the writer
 /// takes them), so the child never inherits one mid-change.
 pub(super) extern "C" fn prepare() {
-    if STATE.load(Ordering::Acquire) == ACTIVE {
+    if matches!(STATE.load(Ordering::Acquire), ACTIVE | STOPPED) {
         if let Some(p) = current() {
             p.lock_for_fork();
         }
@@ -25,7 +25,7 @@ pub(super) extern "C" fn parent() {
     unsafe {
         nvtx_names::unlock_after_fork();
         intern::unlock_after_fork();
-        if STATE.load(Ordering::Acquire) == ACTIVE {
+        if matches!(STATE.load(Ordering::Acquire), ACTIVE | STOPPED) {
             if let Some(p) = current() {
                 p.unlock_after_fork();
             }

@@ -31,10 +31,12 @@
 mod actions;
 mod exit;
 mod fork;
+mod halt;
 mod one_copy;
 mod signals;
 mod start;
 
+pub use halt::test_panic_due;
 pub use one_copy::standing_down;
 
 use crate::writer::Pipeline;
@@ -45,6 +47,9 @@ const UNINIT: u8 = 0;
 const INITIALIZING: u8 = 1;
 const ACTIVE: u8 = 2;
 const DISABLED: u8 = 3;
+/// Recording stopped after a bug of the shim (`halt.rs`): hooks pass through, and the
+/// trace is still completed at the end.
+const STOPPED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 /// The current pipeline (leaked: it lives until the process ends; a fork child that
@@ -77,17 +82,18 @@ pub fn recording() -> Option<&'static Pipeline> {
 }
 
 /// Whether every hook is a pure pass-through: recording is off for good in this process
-/// (`GPUMEMPROF_DISABLE`, no trace file, another copy of the shim records). The hooks ask
-/// this before they stamp the time or ask the device (one relaxed load).
+/// (`GPUMEMPROF_DISABLE`, no trace file, another copy of the shim records, a bug of the
+/// shim stopped it). The hooks ask this before they stamp the time or ask the device (one
+/// relaxed load).
 #[inline(always)]
 pub fn passing_through() -> bool {
-    STATE.load(Ordering::Relaxed) == DISABLED
+    STATE.load(Ordering::Relaxed) >= DISABLED
 }
 
 /// The pipeline of a started session whose writer has not completed the trace yet: the
 /// one the exit and signal handlers must finish.
 fn unfinished() -> Option<&'static Pipeline> {
-    if STATE.load(Ordering::Acquire) != ACTIVE || !owner() {
+    if !matches!(STATE.load(Ordering::Acquire), ACTIVE | STOPPED) || !owner() {
         return None;
     }
     current().filter(|p| !p.finished())
@@ -101,7 +107,7 @@ pub fn stack_depth() -> usize {
 /// The trace file's path once a file exists.
 pub fn trace_path() -> Option<&'static std::ffi::CStr> {
     match STATE.load(Ordering::Acquire) {
-        ACTIVE => current().and_then(|p| p.path()),
+        ACTIVE | STOPPED => current().and_then(|p| p.path()),
         _ => None,
     }
 }

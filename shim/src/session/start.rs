@@ -21,6 +21,7 @@ pub(super) fn start() -> Option<&'static Pipeline> {
         return None;
     }
     set_quiet(cfg.quiet);
+    super::halt::install(cfg.test_panic_at);
     FORK_OFF.store(cfg.fork == ForkMode::Off, Ordering::Relaxed);
     // Before the header (which records the choice) and before any event is stamped.
     clock::init(cfg.clock);
@@ -73,7 +74,14 @@ pub(super) fn start() -> Option<&'static Pipeline> {
     PIPELINE.store(p as *const Pipeline as *mut Pipeline, Ordering::Release);
     let spawned = std::thread::Builder::new()
         .name("gpumemprof-writer".into())
-        .spawn(move || p.run_writer());
+        .spawn(move || {
+            // A bug of the writer: the hook said so and stopped recording; nobody waits
+            // for the writer any more.
+            let run = std::panic::AssertUnwindSafe(|| p.run_writer());
+            if std::panic::catch_unwind(run).is_err() {
+                p.abandon_writer();
+            }
+        });
     match spawned {
         Ok(h) => p.set_writer(h.thread().clone()),
         Err(e) => {

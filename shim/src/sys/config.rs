@@ -91,6 +91,8 @@ pub struct Config {
     pub trace_list: Option<String>,
     /// `GPUMEMPROF_FRAMEWORK_MODES`: the launcher's framework modes (`torch=tensors`).
     pub framework_modes: Vec<String>,
+    /// `GPUMEMPROF_TEST_PANIC_AT`: the recorded event whose bookkeeping panics (0: none).
+    pub test_panic_at: u64,
 }
 
 impl Default for Config {
@@ -112,6 +114,7 @@ impl Default for Config {
             unwind: UnwindMode::Fast,
             trace_list: None,
             framework_modes: Vec::new(),
+            test_panic_at: 0,
         }
     }
 }
@@ -204,6 +207,11 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_FRAMEWORK_MODES",
         default: "unset",
         doc: "The framework modes `gpumemprof run` was given, comma-separated (`torch=tensors,tf=async`). The trace header's `framework` object records them with the framework allocator variables present at start (`PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_ALLOC_CONF`, `PYTORCH_NO_CUDA_MEMORY_CACHING`, `XLA_PYTHON_CLIENT_*`, `TF_FORCE_GPU_ALLOW_GROWTH`, `TF_GPU_ALLOCATOR`), so reports say whether they see tensors or an allocator's segments.",
+    },
+    Var {
+        name: "GPUMEMPROF_TEST_PANIC_AT",
+        default: "0",
+        doc: "For tests of the shim's own failure path: the N-th recorded event's bookkeeping panics, as a bug in the shim would (0, the default: never). What any such bug does then: one warning line (`internal error at FILE:LINE: ...`), the program's call returns what the real function returned, every later call passes straight through, and the trace is completed at exit with `stopped` reason `internal_error` at that moment.",
     },
 ];
 
@@ -350,6 +358,11 @@ impl Config {
                 None => w.push(format!("GPUMEMPROF_QUIET={v:?} is not 0 or 1; ignored")),
             }
         }
+        if let Some(v) = get("GPUMEMPROF_TEST_PANIC_AT") {
+            if let Some(n) = ranged("GPUMEMPROF_TEST_PANIC_AT", &v, 0, u64::MAX, &mut w) {
+                c.test_panic_at = n;
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_TRACE_LIST") {
             if !v.trim().is_empty() {
                 c.trace_list = Some(v);
@@ -452,7 +465,9 @@ mod tests {
             ("GPUMEMPROF_UNWIND", "check"),
             ("GPUMEMPROF_TRACE_LIST", "/tmp/list"),
             ("GPUMEMPROF_FRAMEWORK_MODES", "torch=tensors, tf=async,"),
+            ("GPUMEMPROF_TEST_PANIC_AT", "3"),
         ]);
+        assert_eq!(c.test_panic_at, 3);
         assert_eq!(c.trace_list.as_deref(), Some("/tmp/list"));
         assert_eq!(c.framework_modes, ["torch=tensors", "tf=async"]);
         assert_eq!(c.unwind, UnwindMode::Check);

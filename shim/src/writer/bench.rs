@@ -47,7 +47,7 @@ pub fn writer_benchmark(n: usize, path: &str) -> std::io::Result<(f64, u64)> {
             core.emit(None);
         }
     }
-    core.finish(0, None);
+    core.finish(0, None, None);
     let secs = t.elapsed().as_secs_f64();
     let bytes = std::fs::metadata(path)?.len();
     Ok((secs, bytes))

@@ -458,6 +458,8 @@ impl WriterCore {
                 queue_waits: 0,
                 dropped: self.dropped,
             };
+            // The room kept under the file size limit is for this block.
+            out.set_budget(None);
             out.encoder().stopped(&StoppedRecord {
                 time_ns: now,
                 reason,
@@ -485,16 +487,30 @@ impl WriterCore {
         self.last_flush_ns = now;
     }
 
-    /// Completes the trace: everything pending, then how the process ended (when known),
-    /// then the End record. Called again for late events: each call writes both again, and
-    /// a reader keeps the last.
-    pub(super) fn finish(&mut self, queue_waits: u64, ending: Option<Ending>) {
+    /// Completes the trace: everything pending, then why recording stopped early when a
+    /// bug of the shim stopped it at `halted` (`clock::now_ns`), then how the process ended
+    /// (when known), then the End record. Called again for late events: each call writes
+    /// the last two again, and a reader keeps the last.
+    pub(super) fn finish(&mut self, queue_waits: u64, ending: Option<Ending>, halted: Option<u64>) {
         let now = clock::now_ns();
         self.define_stacks();
         self.emit(None);
         self.refresh_modules(now);
         let s = self.stats(queue_waits, now);
+        let halted = halted
+            .filter(|_| self.stopped.is_none())
+            .map(|t| t.saturating_sub(self.start_ns));
+        if let Some(time_ns) = halted {
+            self.stopped = Some((StopReason::InternalError, time_ns));
+        }
         if let Sink::File(out) = &mut self.sink {
+            if let Some(time_ns) = halted {
+                out.encoder().stopped(&StoppedRecord {
+                    time_ns,
+                    reason: StopReason::InternalError,
+                    errno: 0,
+                });
+            }
             if let Some(ending) = ending {
                 out.encoder().ending(&EndingRecord {
                     time_ns: s.time_ns,

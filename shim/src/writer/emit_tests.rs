@@ -73,7 +73,7 @@ fn one_block_at_a_time_until_all_are_written() {
     assert!(std::fs::metadata(&path).unwrap().len() > header);
     // The last call wrote what was left into the open block; `finish` writes it.
     assert!(core.pending.is_empty());
-    core.finish(0, None);
+    core.finish(0, None, None);
     assert_eq!(events_in(&path), n);
     assert_eq!(BLOCK_FLUSH_BYTES, 256 << 10);
     let _ = std::fs::remove_dir_all(&dir);

@@ -75,9 +75,32 @@ pub fn open_trace(
     let (file, path) = create_exclusive(wanted).map_err(OpenError::Create)?;
     header["path"] = serde_json::Value::String(path.clone());
     match without_sigxfsz(|| TraceWriter::new(file, &header, ZSTD_LEVEL)) {
-        Ok(w) => Ok((w, path)),
+        Ok(mut w) => {
+            w.set_budget(file_size_budget());
+            Ok((w, path))
+        }
         Err(e) => Err(OpenError::Header(path, e)),
     }
+}
+
+/// Room kept under the file size limit for the last block, which says why the trace
+/// stops there (a `Stopped` and an End record: tens of bytes).
+const LAST_BLOCK_ROOM: u64 = 4096;
+
+/// The size the trace's blocks may take the file to: the file size limit (`ulimit -f`,
+/// `RLIMIT_FSIZE`) less room for the last block, so that block always fits (without it, a
+/// block that failed just short of the limit left no room, and the trace ended without
+/// saying why). `None` when there is no limit.
+fn file_size_budget() -> Option<u64> {
+    // SAFETY: getrlimit writes the struct it is given.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some((r.rlim_cur as u64).saturating_sub(LAST_BLOCK_ROOM))
 }
 
 /// Runs `write` (the shim's write to its trace) so that it can never raise SIGXFSZ in the

@@ -30,6 +30,7 @@ use super::membarrier;
 use super::output;
 use crate::capture::ring::{Registry, Ring};
 use crate::capture::thread::{self, ThreadState, RING_GONE};
+use crate::sys::clock;
 use crate::sys::event::Event;
 use crossbeam_queue::ArrayQueue;
 use gpumemprof_format::Ending;
@@ -82,6 +83,8 @@ pub struct Pipeline {
     pub(super) trace_list: OnceCell<String>,
     /// How the process ended, once the session knows (`encode_ending`; 0 = not known).
     pub(super) ending: AtomicU64,
+    /// When a bug of the shim stopped recording (`clock::now_ns`; 0: it did not).
+    halted_ns: AtomicU64,
     /// Events in the file when the writer finished (read by a signal handler, which must
     /// not take the writer's lock).
     pub(super) events_written: AtomicU64,
@@ -118,6 +121,7 @@ impl Pipeline {
             path: OnceCell::new(),
             trace_list: OnceCell::new(),
             ending: AtomicU64::new(0),
+            halted_ns: AtomicU64::new(0),
             events_written: AtomicU64::new(0),
             writer_tid: std::sync::atomic::AtomicU32::new(0),
         }
@@ -170,6 +174,27 @@ impl Pipeline {
             2 => Some(Ending::Signal(v as u32)),
             _ => None,
         }
+    }
+
+    /// Notes that a bug of the shim stopped recording now (`session::halt`): the trace's
+    /// end says so with a `Stopped` record (the first time noted wins).
+    pub fn halt(&self) {
+        let now = clock::now_ns().max(1);
+        let _ = self
+            .halted_ns
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// When `halt` was noted, if it was.
+    pub(super) fn halted(&self) -> Option<u64> {
+        Some(self.halted_ns.load(Ordering::Acquire)).filter(|&t| t != 0)
+    }
+
+    /// The writer thread died of a bug of the shim: nobody waits for it any more (a full
+    /// ring's thread, an exit handler), and what it wrote is what the trace holds.
+    pub fn abandon_writer(&self) {
+        self.writer_done.store(true, Ordering::Release);
+        self.writer_finished.store(true, Ordering::Release);
     }
 
     /// Events in the file once the writer finished (0 before): lock-free, for a signal

@@ -61,7 +61,11 @@ impl Pipeline {
         if let Some((tid, e)) = ev {
             core.accept(tid, e);
         }
-        core.finish(self.queue_waits.load(Ordering::Relaxed), self.ending());
+        core.finish(
+            self.queue_waits.load(Ordering::Relaxed),
+            self.ending(),
+            self.halted(),
+        );
         if let Some(p) = core.take_new_path() {
             self.set_path(&p);
         }
@@ -185,7 +189,11 @@ impl Pipeline {
             fence(Ordering::SeqCst);
         }
         self.drain(&mut core);
-        core.finish(self.queue_waits.load(Ordering::Relaxed), self.ending());
+        core.finish(
+            self.queue_waits.load(Ordering::Relaxed),
+            self.ending(),
+            self.halted(),
+        );
         if let Some(p) = core.take_new_path() {
             self.set_path(&p);
         }

@@ -10,6 +10,7 @@
 
 use super::Frames;
 use crate::capture::intern;
+use crate::capture::words_hash;
 
 /// The fingerprint of `f`: 0 for no frames, else never 0.
 #[inline]
@@ -22,9 +23,9 @@ pub fn of(f: &Frames) -> u64 {
     for c in ends.chunks(8) {
         let mut b = [0u8; 8];
         b[..c.len()].copy_from_slice(c);
-        h = intern::mix(h, u64::from_le_bytes(b));
+        h = words_hash::mix(h, u64::from_le_bytes(b));
     }
-    intern::finish(h)
+    words_hash::finish(h)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //!  capture at (ip, sp), no memo met at its first state, no first-state cache entry
 //!   └► the shapes of set hash(ip, sp): an earlier walk's start and the addresses of every
 //!      word it read ─► key = hash(shape, what is merged, rbp where read, the words now
-//!      at those addresses) ─► the table (5-way, up to 4 MiB): the stack id noted for it
+//!      at those addresses) ─► the table (5-way, up to 8 MiB): the stack id noted for it
 //!   miss: the walk; its shape kept (the set's least recently used replaced), its key
 //!      left pending until the caller interns the frames and notes the id (`note`)
 //! ```
@@ -37,7 +37,7 @@ use super::memo;
 use super::pool::Pool;
 use std::mem::MaybeUninit;
 
-use crate::capture::intern::{hash_lanes, mix};
+use crate::capture::words_hash::{hash_words, mix};
 use crate::sys::{pages, prefetch};
 
 /// Shapes per thread, in sets of `WAYS` chosen by the start: a start has a shape per
@@ -51,15 +51,20 @@ const WAYS: usize = 8;
 const WORDS: usize = memo::WORDS;
 /// Entries of a bucket: 5 (key, id) pairs of 12 bytes, one cache line.
 const WAYS_PER_BUCKET: usize = 5;
-/// The table's first size in buckets (64 KiB), and its largest (4 MiB): it doubles when it
+/// The table's first size in buckets (64 KiB), and its largest (8 MiB): it doubles when it
 /// holds `LOAD` keys a bucket on average. Keys met in turn replace each other in a bucket
 /// that gets more than its five: at two a bucket that is 5% of them. A thread that walks few
-/// call paths touches little. At the largest size the 200,000 keys of `varied_sites 100000`
-/// are three a bucket and about one in five is lost; a table of 8 MiB and 4-way buckets,
-/// which lost fewer, was no faster there (BENCHMARKS.md, fourteenth).
+/// call paths touches little. The 200,000 keys of `varied_sites 100000` are 1.5 a bucket at
+/// the largest size: 1,753,107 of its 2,000,000 captures were given by their inputs, against
+/// 1,436,663 with a largest size of 4 MiB (three a bucket, about one key in five lost), and
+/// it cost 17% less (BENCHMARKS.md, fifteenth).
 const FIRST_BUCKETS: usize = 1 << 10;
-const MAX_BUCKETS: usize = 1 << 16;
+const MAX_BUCKETS: usize = 1 << 17;
 const LOAD: usize = 2;
+/// Up to this size (256 KiB) the table is taken to stay in the core's cache: its probes
+/// are not misses in memory to overlap, and `lookup` hashes a shape only when those
+/// before it found nothing (BENCHMARKS.md, fifteenth).
+const CACHED_BUCKETS: usize = 1 << 12;
 const BUCKET_BYTES: usize = std::mem::size_of::<Bucket>();
 
 /// (key, id) pairs, key 0 empty, the first the most recently stored.
@@ -119,7 +124,7 @@ fn key<T>(tag: u64, with: u64, bp: u64, items: &[T], value: impl Fn(&T) -> u64) 
         bp,
         items.len() as u64,
     ];
-    hash_lanes(seeds, items, value)
+    hash_words(seeds, items, value)
 }
 
 impl Shape {
@@ -167,9 +172,24 @@ impl Inputs {
             return None;
         }
         self.clock += 1;
-        // Every shape of this start's key first, each bucket asked for as soon as it is
-        // known: where a start has several shapes, the probes of a large table are misses
-        // in memory, and they overlap instead of following each other (BENCHMARKS.md,
+        if self.buckets <= CACHED_BUCKETS {
+            // A table the core's cache holds: each shape's key probed as soon as it is
+            // made, and the shapes after the one that finds it are not hashed.
+            for i in set(s.ip, s.sp) {
+                let shape = &self.shapes[i];
+                if shape.starts(s, room, top) {
+                    // SAFETY: as this function's.
+                    if let Some(id) = self.find(unsafe { shape.key_now(s, with) }) {
+                        self.shapes[i].used = self.clock;
+                        return Some(id);
+                    }
+                }
+            }
+            return None;
+        }
+        // A larger table: every shape of this start's key first, each bucket asked for as
+        // soon as it is known: where a start has several shapes, the probes are misses in
+        // memory, and they overlap instead of following each other (BENCHMARKS.md,
         // fourteenth).
         let mut keys = [(0usize, 0u64); WAYS];
         let mut n = 0;
