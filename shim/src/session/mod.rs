@@ -145,7 +145,9 @@ fn init_slow() -> Option<&'static Pipeline> {
         STATE.store(DISABLED, Ordering::Release);
         return None;
     }
-    match start::start() {
+    // A panic in the start (a bug of the shim) must not leave the session initialising:
+    // every other thread's hook would wait for it for ever.
+    match std::panic::catch_unwind(start::start).ok().flatten() {
         Some(p) => {
             if let Some(w) = one_copy::others_warning() {
                 crate::sys::diag::warn(&w);
