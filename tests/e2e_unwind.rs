@@ -266,12 +266,14 @@ fn ids_given_by_a_walks_inputs_name_the_same_frames_as_libgcc_finds() {
 fn ids_given_by_a_walks_inputs_are_checked_against_libgcc() {
     // 256 * 20 pairs; every one compared, none differed, none left to libgcc.
     let (_, stderr) = checked("varied_sites", &["256", "20", "12"], 10240);
-    // 9,406 in every run here: all but the thread's first 256 captures, the first round's
-    // walks after them, and the 30 met in the first-state cache while it tried its first
-    // window. Fewer by a round's 512 when the loader's counters moved while it ran (a new
-    // rule epoch: every shape and key of the old one unused).
+    // 9,423 in four runs of five here (9,407 in the fifth, with 16 more met in the
+    // first-state cache while it tried its first window): all but the thread's first 256
+    // captures, the first round's walks after them, and the 31 met in the first-state
+    // cache. Fewer by a round's 512 when the loader's counters moved while it ran (a new
+    // rule epoch: every shape and key of the old one unused). (9,406 before the memos went
+    // cold: a memo missed 8 times at the first state is compared there 1 capture in 64.)
     let given = by_inputs(&stderr);
-    assert!((9406 - 512..=9406).contains(&given), "{stderr}");
+    assert!((9423 - 512..=9423).contains(&given), "{stderr}");
 }
 
 /// Call paths met in turn, as a training step's are (`varied_sites`: 7 paths of 3 and 4
@@ -281,11 +283,14 @@ fn ids_given_by_a_walks_inputs_are_checked_against_libgcc() {
 fn call_paths_in_turn_are_met_in_the_first_state_cache_with_libgccs_frames() {
     // 7 * 200 pairs.
     let (_, stderr) = checked("varied_sites", &["7", "200", "3"], 2800);
-    // 2,170 in every run here: the 14 walks (7 paths, two hooks each) fit a set wherever
-    // ASLR puts the stack. Below it when the loader's counters moved while it ran (a new
-    // rule epoch: every walk missed once more).
+    // At most 2,530: every capture after the thread's first 256 but the 14 first walks
+    // (7 paths, two hooks each, which fit a set wherever ASLR puts the stack). The rest
+    // are met by a memo at its first state; since a memo missed 8 times there is compared
+    // only one capture in 64, how many varies from run to run: 2,170 in 6 of 8 runs here,
+    // 2,345 and 2,525 in the other two. Fewer when the loader's counters moved while it ran (a new rule
+    // epoch: every walk missed once more).
     let met = first_met(&stderr);
-    assert!((2000..=2170).contains(&met), "{stderr}");
+    assert!((2000..=2530).contains(&met), "{stderr}");
 }
 
 /// `varied_sites` with `malloc` (the same call paths for a heap profiler, beside the shim

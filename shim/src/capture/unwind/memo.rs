@@ -34,6 +34,13 @@ pub const WORDS: usize = 3 * STATES;
 /// Memos per thread: an allocation and its free come from different hooks (different
 /// shim frames), and each keeps its own.
 pub const SLOTS: usize = 2;
+/// A memo that missed this many comparisons in a row at a walk's first state is *cold*:
+/// compared there only one capture in `RETRY` (a program of many call paths, whose
+/// captures the first-state cache or the walks' inputs answer without a walk, so the memo
+/// is never stored again and only costs its comparison: 14 ns a capture on 256 paths,
+/// BENCHMARKS.md, fifteenth). A hit makes it warm again, as does a walk stored in it.
+pub const COLD: u8 = 8;
+pub const RETRY: u64 = 64;
 
 /// One remembered walk (thread-local, const-initialised, no Drop).
 pub struct Memo {
@@ -43,6 +50,8 @@ pub struct Memo {
     skip: Cell<(u64, u64)>,
     /// When it was last stored or used (for replacement).
     used: Cell<u64>,
+    /// Comparisons at a walk's first state missed in a row (up to `COLD`).
+    misses: Cell<u8>,
     n: Cell<usize>,
     /// The first state whose return address was recorded (the rest follow it).
     first_emitted: Cell<usize>,
@@ -124,6 +133,7 @@ impl Memo {
             epoch: Cell::new(0),
             skip: Cell::new((0, 0)),
             used: Cell::new(0),
+            misses: Cell::new(0),
             n: Cell::new(0),
             first_emitted: Cell::new(0),
             full: Cell::new(false),
@@ -304,7 +314,26 @@ impl Memo {
         self.full.set(full);
         self.skip.set(skip);
         self.used.set(now);
+        self.misses.set(0);
         self.epoch.set(epoch);
+    }
+
+    /// Whether a walk's first state skips this memo now (the walk's clock `now`): it is
+    /// cold, and this is not one of its retries.
+    #[inline(always)]
+    pub fn skipped_at_first(&self, now: u64) -> bool {
+        self.misses.get() >= COLD && now % RETRY != 0
+    }
+
+    /// Counts a comparison at a walk's first state: met, or missed.
+    #[inline(always)]
+    pub fn compared_at_first(&self, met: bool) {
+        let m = self.misses.get();
+        // A loop's memo is met at every capture: its count stays 0, written never.
+        let next = if met { 0 } else { (m + 1).min(COLD) };
+        if next != m {
+            self.misses.set(next);
+        }
     }
 }
 
@@ -493,5 +522,48 @@ unsafe fn inited<T: Copy>(r: &[MaybeUninit<T>], n: usize) -> impl Iterator<Item 
 fn take_all<T: Copy>(dst: &mut [MaybeUninit<T>], src: &[Cell<T>]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = MaybeUninit::new(s.get());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memo_missed_eight_times_at_the_first_state_is_compared_there_one_capture_in_64() {
+        let m = Memo::new();
+        for _ in 0..COLD - 1 {
+            m.compared_at_first(false);
+        }
+        // Seven misses: still compared at every capture.
+        assert!((1..=RETRY).all(|now| !m.skipped_at_first(now)));
+        m.compared_at_first(false);
+        // Eight: skipped but at captures 64, 128, ... (the walk's clock).
+        let compared: Vec<u64> = (1..=3 * RETRY)
+            .filter(|&now| !m.skipped_at_first(now))
+            .collect();
+        assert_eq!(compared, [64, 128, 192]);
+        // More misses keep it cold, without overflowing the count.
+        for _ in 0..300 {
+            m.compared_at_first(false);
+        }
+        assert!(m.skipped_at_first(65));
+        // A retry that meets it makes it warm again.
+        m.compared_at_first(true);
+        assert!(!m.skipped_at_first(65));
+        // So does a walk stored in it.
+        for _ in 0..COLD {
+            m.compared_at_first(false);
+        }
+        assert!(m.skipped_at_first(65));
+        let mut rec = Record::new();
+        rec.state(State {
+            sp: 0x1000,
+            bp: 0,
+            ra: 0x5000,
+            in_program: true,
+        });
+        m.store(&rec, 1, (0, 0), false, 7);
+        assert!(!m.skipped_at_first(65));
     }
 }

@@ -425,11 +425,19 @@ fn walk(
                 k[j] += 1;
             }
             if k[j] < len[j] && m.sp(k[j]) == sp {
+                let at_first = rec.states() == 0 && k[j] == 0;
+                if at_first && m.skipped_at_first(now) {
+                    continue;
+                }
                 let id_with = with.filter(|_| rec.states() == 0);
                 // SAFETY: the memo is this thread's, its words read by its walks on its stack.
-                match unsafe { m.resume(k[j], s, out, n, now, id_with) } {
+                let r = unsafe { m.resume(k[j], s, out, n, now, id_with) };
+                if at_first {
+                    m.compared_at_first(matches!(r, memo::Resume::Done(_)));
+                }
+                match r {
                     memo::Resume::Done(total) => {
-                        if rec.states() == 0 && k[j] == 0 {
+                        if at_first {
                             met.hit = Some(j);
                         }
                         if rec.states() > 0 {
