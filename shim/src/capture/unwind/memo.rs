@@ -322,7 +322,7 @@ impl Memo {
     /// cold, and this is not one of its retries.
     #[inline(always)]
     pub fn skipped_at_first(&self, now: u64) -> bool {
-        self.misses.get() >= COLD && now % RETRY != 0
+        self.misses.get() >= COLD && !now.is_multiple_of(RETRY)
     }
 
     /// Counts a comparison at a walk's first state: met, or missed.
