@@ -279,7 +279,7 @@ fn a_bug_in_the_shim_stops_recording_with_one_line_not_the_job() {
         .collect();
     assert_eq!(warnings.len(), 1, "{}", ended.stderr);
     assert!(
-        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/session/halt.rs:"),
+        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/sys/faults.rs:"),
         "{}",
         warnings[0]
     );
@@ -324,4 +324,57 @@ fn a_bug_in_the_shim_stops_recording_with_one_line_not_the_job() {
         text.contains("the profiler met an internal error (a bug in gpumemprof: please report it)"),
         "{text}"
     );
+}
+
+/// A bug in the shim's writer thread (`GPUMEMPROF_TEST_PANIC_AT=writer`: it panics as it
+/// drains its first events), with rings of 64 events, so the job's thread may find its
+/// ring full: it must not wait for a writer that is gone. The job runs to its end as
+/// without us, one warning line says what happened, and the exit handler completes the
+/// trace with the events recorded before the panic and why recording stopped.
+#[test]
+fn a_bug_in_the_writer_never_leaves_the_job_waiting() {
+    let dir = scratch("never_hurt_writer_error");
+    let trace = dir.join("loop.trace");
+    let mut cmd = program_command("bench_loop");
+    cmd.args(["cuda", "20", "20000"])
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0")
+        .env("GPUMEMPROF_QUEUE_CAPACITY", "64")
+        .env("GPUMEMPROF_TEST_PANIC_AT", "writer");
+    let ended = run_within(cmd, Duration::from_secs(60));
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+    assert!(ended.stdout.contains("pairs=20000"), "{}", ended.stdout);
+    let warnings: Vec<&str> = ended
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpumemprof: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", ended.stderr);
+    assert!(
+        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/sys/faults.rs:")
+            && warnings[0].contains(": GPUMEMPROF_TEST_PANIC_AT=writer asked for this panic; "),
+        "{}",
+        warnings[0]
+    );
+    assert!(!ended.stderr.contains("backtrace"), "{}", ended.stderr);
+    let summary = report("summary", &trace, &[]);
+    let t = &summary["trace"];
+    assert_eq!(t["complete"], true);
+    assert_eq!(t["stopped"]["reason"], "internal_error");
+    assert_eq!(t["ending"]["how"], "exit");
+    // How many events came before the panic depends on when the writer first woke; at
+    // least those it drained, and pairs but for an allocation whose free came after.
+    let written = t["events"].as_u64().unwrap();
+    let (allocs, frees) = (
+        summary["totals"]["allocations"].as_u64().unwrap(),
+        summary["totals"]["frees"].as_u64().unwrap(),
+    );
+    assert!(written >= 1 && allocs + frees == written, "{summary}");
+    assert!(allocs == frees || allocs == frees + 1, "{summary}");
+    let line = format!(
+        "gpumemprof: wrote {written} events to {}, then recording stopped at ",
+        trace.display()
+    );
+    assert!(ended.stderr.contains(&line), "{line}\n{}", ended.stderr);
 }

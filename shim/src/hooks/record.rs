@@ -165,7 +165,7 @@ pub fn record(me: &ThreadState, r: Rec) {
     let Some(p) = session::recording() else {
         return;
     };
-    session::test_panic_due();
+    crate::sys::faults::event_panic_due();
     let depth = session::stack_depth();
     let stack = if depth > 0 { capture_stack(depth) } else { 0 };
     let ev = Event {

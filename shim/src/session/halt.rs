@@ -9,6 +9,7 @@
 //!  ─► caught where it happened (`record::after_call`, the writer thread's body, each C API
 //!     function): it never unwinds into C
 //!  exit, signal: the trace completed, `Stopped { internal_error }` before its End record
+//!     (the writer died: the exit handler drains what it left, `Pipeline::abandon_writer`)
 //! ```
 //!
 //! Why stop rather than go on: the state the panic left is unknown (a half-updated cache,
@@ -17,24 +18,21 @@
 //! stderr. The shim links its own copy of the standard library, so its hook is its own:
 //! the program's panics (a Rust program's) are not touched.
 //!
-//! `GPUMEMPROF_TEST_PANIC_AT=N` makes the N-th recorded event's bookkeeping panic, as such
-//! a bug would: the tests' way to see all of the above happen (README, "Environment").
+//! `GPUMEMPROF_TEST_PANIC_AT` (`sys/faults.rs`) makes an event's bookkeeping or the writer
+//! panic, as such a bug would: the tests' way to see all of the above happen (README,
+//! "Environment").
 
 use super::{current, ACTIVE, STATE, STOPPED};
 use crate::sys::diag::FixedLine;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether a panic was told already.
 static TOLD: AtomicBool = AtomicBool::new(false);
-/// `GPUMEMPROF_TEST_PANIC_AT` (0: never), and recorded events counted for it.
-static PANIC_AT: AtomicU64 = AtomicU64::new(0);
-static SEEN: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the hook (at the session's start): any panic of the shim stops recording;
 /// the first one's place and message are one warning line, later ones print nothing.
-pub(super) fn install(panic_at: u64) {
-    PANIC_AT.store(panic_at, Ordering::Relaxed);
+pub(super) fn install() {
     if cfg!(test) {
         // The shim's unit tests: the test harness's own panics (failed asserts) are told.
         return;
@@ -75,22 +73,5 @@ fn halt() {
         if let Some(p) = current() {
             p.halt();
         }
-    }
-}
-
-/// Panics at the event `GPUMEMPROF_TEST_PANIC_AT` names (one relaxed load otherwise).
-#[inline(always)]
-pub fn test_panic_due() {
-    let at = PANIC_AT.load(Ordering::Relaxed);
-    if at != 0 {
-        count_for_test_panic(at);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn count_for_test_panic(at: u64) {
-    if SEEN.fetch_add(1, Ordering::Relaxed) + 1 == at {
-        panic!("GPUMEMPROF_TEST_PANIC_AT={at} asked for this panic");
     }
 }

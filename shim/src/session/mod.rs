@@ -36,7 +36,6 @@ mod one_copy;
 mod signals;
 mod start;
 
-pub use halt::test_panic_due;
 pub use one_copy::standing_down;
 
 use crate::writer::Pipeline;

@@ -21,7 +21,8 @@ pub(super) fn start() -> Option<&'static Pipeline> {
         return None;
     }
     set_quiet(cfg.quiet);
-    super::halt::install(cfg.test_panic_at);
+    super::halt::install();
+    crate::sys::faults::arm(cfg.test_panic);
     FORK_OFF.store(cfg.fork == ForkMode::Off, Ordering::Relaxed);
     // Before the header (which records the choice) and before any event is stamped.
     clock::init(cfg.clock);

@@ -91,8 +91,8 @@ pub struct Config {
     pub trace_list: Option<String>,
     /// `GPUMEMPROF_FRAMEWORK_MODES`: the launcher's framework modes (`torch=tensors`).
     pub framework_modes: Vec<String>,
-    /// `GPUMEMPROF_TEST_PANIC_AT`: the recorded event whose bookkeeping panics (0: none).
-    pub test_panic_at: u64,
+    /// `GPUMEMPROF_TEST_PANIC_AT`: where the shim panics, as a bug would.
+    pub test_panic: crate::sys::faults::TestPanic,
 }
 
 impl Default for Config {
@@ -114,7 +114,7 @@ impl Default for Config {
             unwind: UnwindMode::Fast,
             trace_list: None,
             framework_modes: Vec::new(),
-            test_panic_at: 0,
+            test_panic: crate::sys::faults::TestPanic::Never,
         }
     }
 }
@@ -211,7 +211,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_TEST_PANIC_AT",
         default: "0",
-        doc: "For tests of the shim's own failure path: the N-th recorded event's bookkeeping panics, as a bug in the shim would (0, the default: never). What any such bug does then: one warning line (`internal error at FILE:LINE: ...`), the program's call returns what the real function returned, every later call passes straight through, and the trace is completed at exit with `stopped` reason `internal_error` at that moment.",
+        doc: "For tests of the shim's own failure path: a number N makes the N-th recorded event's bookkeeping panic, `writer` the writer thread as it drains its first events, as a bug in the shim would (0, the default: never). What any such bug does then: one warning line (`internal error at FILE:LINE: ...`), the program's calls return what the real functions returned, every later call passes straight through, and the trace is completed at exit with `stopped` reason `internal_error` at that moment (after a bug of the writer it holds what was written before, and reads as cut short).",
     },
 ];
 
@@ -359,8 +359,15 @@ impl Config {
             }
         }
         if let Some(v) = get("GPUMEMPROF_TEST_PANIC_AT") {
-            if let Some(n) = ranged("GPUMEMPROF_TEST_PANIC_AT", &v, 0, u64::MAX, &mut w) {
-                c.test_panic_at = n;
+            use crate::sys::faults::TestPanic;
+            if v.trim().eq_ignore_ascii_case("writer") {
+                c.test_panic = TestPanic::Writer;
+            } else if let Some(n) = ranged("GPUMEMPROF_TEST_PANIC_AT", &v, 0, u64::MAX, &mut w) {
+                c.test_panic = if n == 0 {
+                    TestPanic::Never
+                } else {
+                    TestPanic::Event(n)
+                };
             }
         }
         if let Some(v) = get("GPUMEMPROF_TRACE_LIST") {
@@ -467,7 +474,7 @@ mod tests {
             ("GPUMEMPROF_FRAMEWORK_MODES", "torch=tensors, tf=async,"),
             ("GPUMEMPROF_TEST_PANIC_AT", "3"),
         ]);
-        assert_eq!(c.test_panic_at, 3);
+        assert_eq!(c.test_panic, crate::sys::faults::TestPanic::Event(3));
         assert_eq!(c.trace_list.as_deref(), Some("/tmp/list"));
         assert_eq!(c.framework_modes, ["torch=tensors", "tf=async"]);
         assert_eq!(c.unwind, UnwindMode::Check);
@@ -504,6 +511,20 @@ mod tests {
         assert_eq!(c.stack_depth, 64);
         assert_eq!(c.flush_ms, 100);
         assert_eq!(c.queue_capacity, 16384);
+    }
+
+    #[test]
+    fn a_test_panic_is_an_event_number_or_the_writer() {
+        use crate::sys::faults::TestPanic;
+        for (v, want) in [
+            (" Writer", TestPanic::Writer),
+            ("0", TestPanic::Never),
+            ("12", TestPanic::Event(12)),
+            ("soon", TestPanic::Never),
+        ] {
+            let (c, _) = parse(&[("GPUMEMPROF_TEST_PANIC_AT", v)]);
+            assert_eq!(c.test_panic, want, "{v:?}");
+        }
     }
 
     #[test]

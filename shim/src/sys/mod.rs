@@ -1,7 +1,8 @@
 //! The bottom layer: what every other layer uses and nothing of the shim below it
 //! (diagnostics, the real `dlsym` and symbol lookups, the hook list, the clock, the
 //! configuration, the event as it travels to the writer, each thread's alternate signal
-//! stack, cache prefetches, the writer's scheduling policy, zeroed pages of its own).
+//! stack, cache prefetches, the writer's scheduling policy, zeroed pages of its own, the
+//! faults tests ask for).
 
 pub mod altstack;
 pub mod clock;
@@ -9,6 +10,7 @@ pub mod config;
 pub mod diag;
 pub mod dl;
 pub mod event;
+pub mod faults;
 pub mod hooklist;
 pub mod pages;
 pub mod prefetch;

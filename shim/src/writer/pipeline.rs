@@ -85,6 +85,8 @@ pub struct Pipeline {
     pub(super) ending: AtomicU64,
     /// When a bug of the shim stopped recording (`clock::now_ns`; 0: it did not).
     halted_ns: AtomicU64,
+    /// The writer thread died of a bug of the shim (`abandon_writer`).
+    abandoned: AtomicBool,
     /// Events in the file when the writer finished (read by a signal handler, which must
     /// not take the writer's lock).
     pub(super) events_written: AtomicU64,
@@ -122,6 +124,7 @@ impl Pipeline {
             trace_list: OnceCell::new(),
             ending: AtomicU64::new(0),
             halted_ns: AtomicU64::new(0),
+            abandoned: AtomicBool::new(false),
             events_written: AtomicU64::new(0),
             writer_tid: std::sync::atomic::AtomicU32::new(0),
         }
@@ -191,8 +194,10 @@ impl Pipeline {
     }
 
     /// The writer thread died of a bug of the shim: nobody waits for it any more (a full
-    /// ring's thread, an exit handler), and what it wrote is what the trace holds.
+    /// ring's thread writes its events itself, as after the writer's end; a signal handler
+    /// finds it finished), and the exit handler completes the trace (`shutdown`).
     pub fn abandon_writer(&self) {
+        self.abandoned.store(true, Ordering::Release);
         self.writer_done.store(true, Ordering::Release);
         self.writer_finished.store(true, Ordering::Release);
     }
@@ -206,7 +211,7 @@ impl Pipeline {
     /// Whether the writer has completed the trace (its final drain ran; events after it
     /// are written by the threads that make them).
     pub fn finished(&self) -> bool {
-        self.writer_done.load(Ordering::Acquire)
+        self.writer_done.load(Ordering::Acquire) && !self.abandoned.load(Ordering::Acquire)
     }
 
     /// Whether the calling thread is the writer (a signal handler must not wait for
@@ -426,6 +431,11 @@ impl Pipeline {
                 return None;
             }
             std::thread::sleep(Duration::from_micros(200));
+        }
+        if self.abandoned.swap(false, Ordering::AcqRel) {
+            // The writer died: what it left in the rings and its pending events are
+            // written here, then why and how the recording ended, as the writer would.
+            self.write_late(None);
         }
         let core = self.core.lock();
         Some(Written {

@@ -110,6 +110,7 @@ impl Pipeline {
                     core.stage(Pending::Sample(m));
                 }
                 let n = self.drain(&mut core);
+                crate::sys::faults::writer_panic_due(n);
                 grown = grown.saturating_add(core.take_device_allocated());
                 core.define_stacks();
                 let now = clock::now_ns();
