@@ -4,12 +4,12 @@
 //! limit (`ulimit -f`) the trace reaches, a job that makes 100,000 short-lived threads, a trace
 //! list that another user replaced with a symbolic link, and a bug in the shim itself.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use gpumemprof_tests::profiled::{report, scratch, trace_files};
-use gpumemprof_tests::running::run_within;
+use gpumemprof_tests::running::{run_within, Ended};
 use gpumemprof_tests::torch_job::again_after_teardown_abort;
 use gpumemprof_tests::torch_package::package;
 use gpumemprof_tests::{program, program_command, shim_path};
@@ -254,48 +254,66 @@ fn a_python_jobs_signal_handlers_stay_its_own() {
     );
 }
 
+/// `bench_loop cuda 20 PAIRS` with the shim asked to panic (`GPUMEMPROF_TEST_PANIC_AT`) and
+/// `env`, run to its end as without us (it checks every call, exit 1 on a failed one, and
+/// prints its count); how it ended and its trace.
+fn loop_with_a_bug(
+    test: &str,
+    pairs: u32,
+    panic_at: &str,
+    env: &[(&str, &str)],
+) -> (Ended, PathBuf) {
+    let dir = scratch(test);
+    let trace = dir.join("loop.trace");
+    let mut cmd = program_command("bench_loop");
+    cmd.args(["cuda", "20", &pairs.to_string()])
+        .env("LD_PRELOAD", shim_path())
+        .env("GPUMEMPROF_OUTPUT", &trace)
+        .env("GPUMEMPROF_NVML_MS", "0")
+        .env("GPUMEMPROF_TEST_PANIC_AT", panic_at)
+        .envs(env.iter().copied());
+    let ended = run_within(cmd, Duration::from_secs(60));
+    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
+    assert!(
+        ended.stdout.contains(&format!("pairs={pairs}\n")),
+        "{}",
+        ended.stdout
+    );
+    (ended, trace)
+}
+
+/// The one warning line of a bug of the shim, with its place and message, and nothing of a
+/// Rust panic's own output on stderr.
+fn one_warning_of_a_bug(stderr: &str, panic_at: &str) {
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gpumemprof: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/sys/faults.rs:"),
+        "{}",
+        warnings[0]
+    );
+    let ends = format!(
+        ": GPUMEMPROF_TEST_PANIC_AT={panic_at} asked for this panic; recording stops here and \
+         the program goes on (a bug in gpumemprof: please report it)"
+    );
+    assert!(warnings[0].ends_with(&ends), "{}", warnings[0]);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+}
+
 /// A bug in the shim's bookkeeping (here the one `GPUMEMPROF_TEST_PANIC_AT` asks for, at
 /// the fifth event): the job runs on as without us, one warning line says what happened
 /// (no backtrace, nothing more for the events after it), every later call passes
 /// through, and the trace holds the four events before it and says why it stops there.
 #[test]
 fn a_bug_in_the_shim_stops_recording_with_one_line_not_the_job() {
-    let dir = scratch("never_hurt_internal_error");
-    let trace = dir.join("loop.trace");
-    let mut cmd = program_command("bench_loop");
-    cmd.args(["cuda", "20", "2000"])
-        .env("LD_PRELOAD", shim_path())
-        .env("GPUMEMPROF_OUTPUT", &trace)
-        .env("GPUMEMPROF_NVML_MS", "0")
-        .env("GPUMEMPROF_TEST_PANIC_AT", "5");
-    let ended = run_within(cmd, Duration::from_secs(60));
-    // bench_loop checks every call (exit 1 on a failed one) and prints its count.
-    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
-    assert!(ended.stdout.contains("pairs=2000"), "{}", ended.stdout);
-    let warnings: Vec<&str> = ended
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("gpumemprof: warning:"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{}", ended.stderr);
-    assert!(
-        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/sys/faults.rs:"),
-        "{}",
-        warnings[0]
-    );
-    assert!(
-        warnings[0].ends_with(
-            ": GPUMEMPROF_TEST_PANIC_AT=5 asked for this panic; recording stops here and the \
-             program goes on (a bug in gpumemprof: please report it)"
-        ),
-        "{}",
-        warnings[0]
-    );
-    assert!(
-        !ended.stderr.contains("panicked") && !ended.stderr.contains("backtrace"),
-        "{}",
-        ended.stderr
-    );
+    let (ended, trace) = loop_with_a_bug("never_hurt_internal_error", 2000, "5", &[]);
+    one_warning_of_a_bug(&ended.stderr, "5");
     // The exit line: the four events, and why the rest is not there.
     let line = format!(
         "gpumemprof: wrote 4 events to {}, then recording stopped at ",
@@ -333,31 +351,9 @@ fn a_bug_in_the_shim_stops_recording_with_one_line_not_the_job() {
 /// trace with the events recorded before the panic and why recording stopped.
 #[test]
 fn a_bug_in_the_writer_never_leaves_the_job_waiting() {
-    let dir = scratch("never_hurt_writer_error");
-    let trace = dir.join("loop.trace");
-    let mut cmd = program_command("bench_loop");
-    cmd.args(["cuda", "20", "20000"])
-        .env("LD_PRELOAD", shim_path())
-        .env("GPUMEMPROF_OUTPUT", &trace)
-        .env("GPUMEMPROF_NVML_MS", "0")
-        .env("GPUMEMPROF_QUEUE_CAPACITY", "64")
-        .env("GPUMEMPROF_TEST_PANIC_AT", "writer");
-    let ended = run_within(cmd, Duration::from_secs(60));
-    assert_eq!(ended.code(), Some(0), "{}", ended.stderr);
-    assert!(ended.stdout.contains("pairs=20000"), "{}", ended.stdout);
-    let warnings: Vec<&str> = ended
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("gpumemprof: warning:"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{}", ended.stderr);
-    assert!(
-        warnings[0].starts_with("gpumemprof: warning: internal error at shim/src/sys/faults.rs:")
-            && warnings[0].contains(": GPUMEMPROF_TEST_PANIC_AT=writer asked for this panic; "),
-        "{}",
-        warnings[0]
-    );
-    assert!(!ended.stderr.contains("backtrace"), "{}", ended.stderr);
+    let rings = [("GPUMEMPROF_QUEUE_CAPACITY", "64")];
+    let (ended, trace) = loop_with_a_bug("never_hurt_writer_error", 20000, "writer", &rings);
+    one_warning_of_a_bug(&ended.stderr, "writer");
     let summary = report("summary", &trace, &[]);
     let t = &summary["trace"];
     assert_eq!(t["complete"], true);
