@@ -268,8 +268,8 @@ fn ids_given_by_a_walks_inputs_are_checked_against_libgcc() {
     let (_, stderr) = checked("varied_sites", &["256", "20", "12"], 10240);
     // 9,423 in four runs of five here (9,407 in the fifth, with 16 more met in the
     // first-state cache while it tried its first window): all but the thread's first 256
-    // captures, the first round's walks after them, and the 31 met in the first-state
-    // cache. Fewer by a round's 512 when the loader's counters moved while it ran (a new
+    // captures, the first round's walks after them, the 31 met in the first-state cache
+    // and a few met by a memo. Fewer by a round's 512 when the loader's counters moved while it ran (a new
     // rule epoch: every shape and key of the old one unused). (9,406 before the memos went
     // cold: a memo missed 8 times at the first state is compared there 1 capture in 64.)
     let given = by_inputs(&stderr);

@@ -9,9 +9,10 @@
 //!
 //! Why NH (the inner hash of UMAC, Black et al. 1999): a walk's inputs on a program of
 //! many call paths are about 55 words a shape, hashed once or twice per capture, and the
-//! hashing loop held most of the lookup's samples (BENCHMARKS.md, fifteenth). A multiply a pair of
-//! words, summed, keeps the CPU's multiplier busy without a chain of dependent multiplies;
-//! the earlier four chains of `mix` took a multiply a word, each waiting on the last. For
+//! hashing loop held most of the lookup's samples (BENCHMARKS.md, fifteenth). A multiply
+//! a pair of words, summed, keeps the CPU's multiplier busy without a chain of dependent
+//! multiplies; the earlier four chains of `mix` took a multiply a word, each waiting on
+//! the last. For
 //! two different runs of the same length, NH with random keys collides with probability
 //! at most 2^-64 (its `w = 64` bound); the keys here are fixed numbers that nothing in a
 //! stack is chosen against, as the earlier hash's constants were. Runs longer than the

@@ -211,7 +211,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_TEST_PANIC_AT",
         default: "0",
-        doc: "For tests of the shim's own failure path: a number N makes the N-th recorded event's bookkeeping panic, `writer` the writer thread as it drains its first events, as a bug in the shim would (0, the default: never). What any such bug does then: one warning line (`internal error at FILE:LINE: ...`), the program's calls return what the real functions returned, every later call passes straight through, and the trace is completed at exit with `stopped` reason `internal_error` at that moment (after a bug of the writer it holds what was written before, and reads as cut short).",
+        doc: "For tests of the shim's own failure path: a number N makes the N-th recorded event's bookkeeping panic, `writer` the writer thread as it drains its first events, as a bug in the shim would (0, the default: never). What any such bug does then: one warning line (`internal error at FILE:LINE: ...`), the program's calls return what the real functions returned, every later call passes straight through, and the trace is completed at exit with `stopped` reason `internal_error` at that moment (after a bug of the writer, the exit handler writes the events the writer left).",
     },
 ];
 

@@ -15,8 +15,8 @@ const NO_HIT: u64 = 0xFFFF;
 const N_MASK: u64 = 0x7FFF;
 
 impl Captured {
-    /// `n` is at most the capture buffer's length, `hit` below `memo::SLOTS` + the
-    /// first-state cache's entries: both well within 16 bits.
+    /// `n` is at most the capture buffer's length (within 15 bits), `hit` below
+    /// `memo::SLOTS` + the first-state cache's entries (within 16).
     #[inline(always)]
     pub fn new(n: usize, hit: Option<usize>, noted: Option<u32>) -> Captured {
         let n = (n as u64).min(N_MASK);
