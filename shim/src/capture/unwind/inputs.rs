@@ -1,12 +1,13 @@
 //! A thread's walks by what they read: the stack id of a call path met before, found by
-//! one hash of the stack words its walk reads and one probe, however many call paths start
-//! at the same place.
+//! one hash of the stack words its walk reads and one probe (of two buckets), however many
+//! call paths start at the same place.
 //!
 //! ```text
 //!  capture at (ip, sp), no memo met at its first state, no first-state cache entry
-//!   └► the shapes of set hash(ip, sp): an earlier walk's start and the addresses of every
-//!      word it read ─► key = hash(shape, what is merged, rbp where read, the words now
-//!      at those addresses) ─► the table (5-way, up to 8 MiB): the stack id noted for it
+//!   └► the shapes of set hash(ip, sp): an earlier walk's start and the address of every
+//!      word it read (as an offset from sp) ─► key = hash(shape, what is merged, rbp
+//!      where read, the words now at those addresses) ─► the table (two 5-way buckets a
+//!      key, up to 8 MiB): the stack id noted for it
 //!   miss: the walk; its shape kept (the set's least recently used replaced), its key
 //!      left pending until the caller interns the frames and notes the id (`note`)
 //! ```
@@ -43,7 +44,7 @@ use crate::sys::{pages, prefetch};
 /// Shapes per thread, in sets of `WAYS` chosen by the start: a start has a shape per
 /// frame layout its call paths take (two copies of one function that save a register in
 /// different slots make two; `varied_sites` has two a start, at four starts: an allocation
-/// and a free at two depths), and starts share sets. About 2 KiB each, touched only when
+/// and a free at two depths), and starts share sets. 560 bytes each, touched only when
 /// used.
 const SETS: usize = 32;
 const WAYS: usize = 8;
@@ -52,15 +53,17 @@ const WORDS: usize = memo::WORDS;
 /// Entries of a bucket: 5 (key, id) pairs of 12 bytes, one cache line.
 const WAYS_PER_BUCKET: usize = 5;
 /// The table's first size in buckets (64 KiB), and its largest (8 MiB): it doubles when it
-/// holds `LOAD` keys a bucket on average. Keys met in turn replace each other in a bucket
-/// that gets more than its five: at two a bucket that is 5% of them. A thread that walks few
-/// call paths touches little. The 200,000 keys of `varied_sites 100000` are 1.5 a bucket at
-/// the largest size: 1,753,107 of its 2,000,000 captures were given by their inputs, against
-/// 1,436,663 with a largest size of 4 MiB (three a bucket, about one key in five lost), and
-/// it cost 17% less (BENCHMARKS.md, fifteenth).
+/// holds `LOAD_X2 / 2` (3.5) keys a bucket on average. A key goes in the emptier of two
+/// buckets (`place`): keys met in turn replace each other only where both buckets have
+/// their five, at 3.5 a bucket about 0.05% of them (with one bucket a key, 5% were lost
+/// at two a bucket). A thread that walks few call paths touches little. The 200,000 keys of
+/// `varied_sites 100000` fit 4 MiB, where a probe on the machine of BENCHMARKS.md's
+/// sixteenth section took 41 to 55 ns, and 133 to 172 into 8 MiB (`tests/bench/latency.c`;
+/// the largest size was 4 MiB once before, with one bucket a key and about one key in five
+/// lost: fifteenth).
 const FIRST_BUCKETS: usize = 1 << 10;
 const MAX_BUCKETS: usize = 1 << 17;
-const LOAD: usize = 2;
+const LOAD_X2: usize = 7;
 /// Up to this size (256 KiB) the table is taken to stay in the core's cache: its probes
 /// are not misses in memory to overlap, and `lookup` hashes a shape only when those
 /// before it found nothing (BENCHMARKS.md, fifteenth).
@@ -76,7 +79,11 @@ struct Bucket {
     ids: [u32; WAYS_PER_BUCKET],
 }
 
-/// The addresses an earlier walk read, from its start.
+/// The addresses an earlier walk read, from its start: each as its distance from the
+/// start's stack pointer in words (every address a walk reads lies at or above it), so
+/// that a shape is 560 bytes, not 2 KiB: a lookup reads a quarter of the cache lines for
+/// them (two for 55 words, not seven), and a thread's shapes take 140 KiB, not 512
+/// (BENCHMARKS.md, sixteenth).
 struct Shape {
     /// The rules' epoch; 0: empty.
     epoch: u64,
@@ -89,9 +96,21 @@ struct Shape {
     room: u32,
     bp_needed: bool,
     n_words: u32,
-    /// A hash of all the above and the addresses: part of every key of this shape.
+    /// A hash of all the above and the offsets: part of every key of this shape.
     tag: u64,
-    addrs: [u64; WORDS],
+    /// The word at `sp + 8 * offs[i]` was read i-th.
+    offs: [u16; WORDS],
+}
+
+/// The offset in words of `addr` from `sp`, if it is a whole number of words at or above
+/// `sp` that a `u16` holds.
+#[inline(always)]
+fn offset(sp: u64, addr: u64) -> Option<u16> {
+    let d = addr.checked_sub(sp)?;
+    if d % 8 != 0 {
+        return None;
+    }
+    u16::try_from(d / 8).ok()
 }
 
 /// One thread's shapes and keys (from `calloc`: all zero is empty).
@@ -147,12 +166,13 @@ impl Shape {
     /// The shape is this thread's, and `starts` for `s` on this thread's stack.
     #[inline(always)]
     unsafe fn key_now(&self, s: Start, with: u64) -> u64 {
-        let addrs = &self.addrs[..self.n_words as usize];
+        let offs = &self.offs[..self.n_words as usize];
         let bp = if self.bp_needed { s.bp } else { 0 };
+        let sp = s.sp as *const u64;
         // SAFETY: each address was read by this thread's walk from this stack pointer
         // under this stack top: it lies in this thread's stack (the module's note).
-        key(self.tag, with, bp, addrs, |&a| unsafe {
-            (a as *const u64).read()
+        key(self.tag, with, bp, offs, |&o| unsafe {
+            sp.add(o as usize).read()
         })
     }
 }
@@ -198,8 +218,12 @@ impl Inputs {
             if shape.starts(s, room, top) {
                 // SAFETY: as this function's.
                 let k = unsafe { shape.key_now(s, with) };
+                let (a, b) = buckets_of(k, self.buckets);
                 // SAFETY: a table of `buckets` buckets (not null, above).
-                prefetch::for_read(unsafe { self.table.add(bucket(k, self.buckets)) });
+                unsafe {
+                    prefetch::for_read(self.table.add(a));
+                    prefetch::for_read(self.table.add(b));
+                }
                 keys[n] = (i, k);
                 n += 1;
             }
@@ -213,14 +237,16 @@ impl Inputs {
         None
     }
 
+    /// The id noted for `k`, in either of its two buckets.
     #[inline(always)]
     fn find(&self, k: u64) -> Option<u32> {
         if self.table.is_null() {
             return None;
         }
+        let (a, b) = buckets_of(k, self.buckets);
         // SAFETY: a table of `buckets` buckets, this thread's.
-        let b = unsafe { &*self.table.add(bucket(k, self.buckets)) };
-        b.keys.iter().position(|&e| e == k).map(|j| b.ids[j])
+        let (a, b) = unsafe { (&*self.table.add(a), &*self.table.add(b)) };
+        a.find(k).or_else(|| b.find(k))
     }
 
     /// Keeps the shape of the walk from `s` that `rec` recorded, and leaves its key
@@ -242,28 +268,39 @@ impl Inputs {
         }
         // A word the walk did not compare is recorded as a copy of the one before it
         // (`Record::forget_word`): left out, so that a walk that forgot it and one that
-        // joined a memo where it was forgotten have one shape.
-        let mut kept = [MaybeUninit::<(u64, u64)>::uninit(); WORDS];
+        // joined a memo where it was forgotten have one shape. The offsets and the words
+        // apart, each array written from registers.
+        let mut offs = [MaybeUninit::<u16>::uninit(); WORDS];
+        let mut vals = [MaybeUninit::<u64>::uninit(); WORDS];
         let mut n = 0;
-        for (i, w) in read.iter().enumerate() {
-            if i == 0 || w.0 != read[i - 1].0 {
-                kept[n] = MaybeUninit::new(*w);
-                n += 1;
+        let mut last = None;
+        for &(a, v) in read {
+            if last == Some(a) {
+                continue;
             }
+            last = Some(a);
+            let Some(o) = offset(s.sp, a) else {
+                return false;
+            };
+            offs[n] = MaybeUninit::new(o);
+            vals[n] = MaybeUninit::new(v);
+            n += 1;
         }
-        // SAFETY: the first `n` were written just above.
-        let words = unsafe { std::slice::from_raw_parts(kept.as_ptr() as *const (u64, u64), n) };
+        // SAFETY: the first `n` of each were written just above.
+        let (offs, vals) = unsafe {
+            (
+                std::slice::from_raw_parts(offs.as_ptr() as *const u16, n),
+                std::slice::from_raw_parts(vals.as_ptr() as *const u64, n),
+            )
+        };
         self.clock += 1;
         let now = self.clock;
         let ways = set(s.ip, s.sp);
         let same = |sh: &Shape| {
             sh.starts(s, room, top)
                 && sh.bp_needed == bp_needed
-                && sh.n_words as usize == words.len()
-                && sh.addrs[..words.len()]
-                    .iter()
-                    .zip(words)
-                    .all(|(a, w)| *a == w.0)
+                && sh.n_words as usize == n
+                && sh.offs[..n] == *offs
         };
         let i = match ways.clone().find(|&i| same(&self.shapes[i])) {
             Some(i) => i,
@@ -275,22 +312,20 @@ impl Inputs {
                     })
                     .expect("a set has ways");
                 let sh = &mut self.shapes[i];
-                for (a, w) in sh.addrs.iter_mut().zip(words) {
-                    *a = w.0;
-                }
+                sh.offs[..n].copy_from_slice(offs);
                 (sh.skip, sh.ip, sh.sp, sh.top) = (s.skip, s.ip, s.sp, top);
-                (sh.room, sh.bp_needed, sh.n_words) = (room as u32, bp_needed, words.len() as u32);
+                (sh.room, sh.bp_needed, sh.n_words) = (room as u32, bp_needed, n as u32);
                 sh.epoch = s.epoch;
                 let head = [s.epoch, s.skip.0, s.skip.1, s.ip, s.sp, top, room as u64];
                 let start = head.iter().fold(0x9E37_79B9_7F4A_7C15, |h, &v| mix(h, v));
-                sh.tag = key(start, 0, u64::from(bp_needed), words, |w| w.0);
+                sh.tag = key(start, 0, u64::from(bp_needed), offs, |&o| u64::from(o));
                 i
             }
         };
         let sh = &mut self.shapes[i];
         sh.used = now;
         let bp = if bp_needed { s.bp } else { 0 };
-        self.pending = key(sh.tag, with, bp, words, |w| w.1);
+        self.pending = key(sh.tag, with, bp, vals, |&v| v);
         true
     }
 
@@ -301,11 +336,11 @@ impl Inputs {
         if k == 0 || id == 0 {
             return;
         }
-        if (self.table.is_null() || self.stored >= LOAD * self.buckets) && !self.grow() {
+        if (self.table.is_null() || 2 * self.stored >= LOAD_X2 * self.buckets) && !self.grow() {
             return;
         }
         // SAFETY: a table of `buckets` buckets, this thread's.
-        if unsafe { put(&mut *self.table.add(bucket(k, self.buckets)), k, id) } {
+        if unsafe { place(self.table, self.buckets, k, id) } {
             self.stored += 1;
         }
     }
@@ -334,7 +369,7 @@ impl Inputs {
                 for b in std::slice::from_raw_parts(self.table, self.buckets) {
                     // Least recent first, so each bucket keeps its order.
                     for (&k, &id) in b.keys.iter().zip(&b.ids).rev().filter(|e| *e.0 != 0) {
-                        put(&mut *t.add(bucket(k, buckets)), k, id);
+                        place(t, buckets, k, id);
                     }
                 }
                 pages::give_back(self.table as *mut u8, self.buckets * BUCKET_BYTES);
@@ -365,9 +400,50 @@ impl Inputs {
     }
 }
 
+/// The two buckets key `k` may be in (they may be the same one), from different bits of it.
 #[inline(always)]
-fn bucket(k: u64, buckets: usize) -> usize {
-    (k ^ (k >> 29)) as usize & (buckets - 1)
+fn buckets_of(k: u64, buckets: usize) -> (usize, usize) {
+    let mask = buckets - 1;
+    (
+        (k ^ (k >> 29)) as usize & mask,
+        (k.rotate_left(32) ^ (k >> 11)) as usize & mask,
+    )
+}
+
+impl Bucket {
+    #[inline(always)]
+    fn find(&self, k: u64) -> Option<u32> {
+        self.keys.iter().position(|&e| e == k).map(|j| self.ids[j])
+    }
+
+    /// Keys held (they are packed at the front).
+    fn held(&self) -> usize {
+        self.keys.iter().take_while(|&&e| e != 0).count()
+    }
+}
+
+/// Puts `(k, id)` in table `t` of `buckets` buckets: in the one of its two buckets that
+/// holds it already, else in the one that holds fewer keys (the first on a tie), so that
+/// a bucket overflows only when both are full (at 3.5 keys a bucket, 0.05% of keys,
+/// against 5% with one bucket a key; BENCHMARKS.md, sixteenth); whether `k` was not there.
+///
+/// # Safety
+/// `t` is a table of `buckets` buckets, this thread's.
+unsafe fn place(t: *mut Bucket, buckets: usize, k: u64, id: u32) -> bool {
+    let (a, b) = buckets_of(k, buckets);
+    // SAFETY: the caller's; `a == b` is one bucket, taken once.
+    let (a, b) = unsafe { (t.add(a), t.add(b)) };
+    let into = unsafe {
+        if (*a).find(k).is_some() {
+            a
+        } else if (*b).find(k).is_some() || (*b).held() < (*a).held() {
+            b
+        } else {
+            a
+        }
+    };
+    // SAFETY: as above.
+    put(unsafe { &mut *into }, k, id)
 }
 
 /// Puts `(k, id)` first in bucket `b`, the others moved down, the least recent dropped;
@@ -405,6 +481,15 @@ pub const GONE: *mut Inputs = std::ptr::dangling_mut();
 mod tests {
     use super::*;
 
+    /// A block with no table, whatever another test left in the pool.
+    fn empty() -> &'static mut Inputs {
+        // SAFETY: a block of the calling test's own, from the pool.
+        let i = unsafe { &mut *take() };
+        i.release();
+        (i.buckets, i.stored) = (0, 0);
+        i
+    }
+
     /// Notes `id` for key `k` as `note` does after a walk (`store` leaves it pending).
     fn noted(i: &mut Inputs, k: u64, id: u32) {
         i.pending = k;
@@ -413,18 +498,17 @@ mod tests {
 
     #[test]
     fn every_key_noted_is_found_as_the_table_grows() {
-        let i = take();
-        // SAFETY: a block of this test's own.
-        let i = unsafe { &mut *i };
-        // 40,000 keys that share a bucket by two at most while the table has room for them
-        // (1, 2, 3, ...: the low bits pick the bucket), the table growing from 1,024
-        // buckets to 32,768 as it fills: every key kept through each growth.
+        let i = empty();
+        // 40,000 keys that share a first bucket by four at most while the table has room
+        // for them (1, 2, 3, ...: the low bits pick it), the table growing from 1,024
+        // buckets to 16,384 as it fills (at 3.5 keys a bucket): every key kept through each
+        // growth.
         let key = |n: u64| n + 1;
         for n in 0..40_000u64 {
             assert_eq!(i.find(key(n)), None);
             noted(i, key(n), n as u32 + 1);
         }
-        assert_eq!(i.buckets, 32_768);
+        assert_eq!(i.buckets, 16_384);
         let found = (0..40_000u64)
             .filter(|&n| i.find(key(n)) == Some(n as u32 + 1))
             .count();
@@ -450,5 +534,44 @@ mod tests {
         assert!(!put(&mut b, 3, 30));
         assert_eq!((b.keys, b.ids), ([3, 6, 5, 4, 2], [30, 60, 50, 40, 20]));
         assert_eq!(BUCKET_BYTES, 64);
+    }
+
+    #[test]
+    fn keys_that_share_a_first_bucket_spread_to_their_second() {
+        let i = empty();
+        // Seven keys below 2^32 whose low ten bits are 5 (first bucket 5 of 1,024) and whose
+        // bits 11 on differ (second buckets 1 to 7): all seven are found, where one bucket
+        // a key keeps five.
+        let key = |j: u64| 5 + 2048 * (j + 1);
+        for j in 0..7 {
+            assert_eq!(buckets_of(key(j), 1024), (5, j as usize + 1));
+            noted(i, key(j), j as u32 + 1);
+        }
+        assert_eq!(i.buckets, 1024);
+        let found: Vec<_> = (0..7).map(|j| i.find(key(j))).collect();
+        assert_eq!(found, (1..=7).map(Some).collect::<Vec<_>>());
+        // Each went to the emptier of its two: the first key to bucket 5 (a tie), the next
+        // three to their empty second buckets, the fifth (second bucket 5 too) to bucket 5,
+        // the last two to their second buckets.
+        // SAFETY: the table of 1,024 buckets noted into above.
+        let held = |b: usize| unsafe { (*i.table.add(b)).held() };
+        assert_eq!(
+            (0..9).map(held).collect::<Vec<_>>(),
+            [0, 0, 1, 1, 1, 2, 1, 1, 0]
+        );
+        give_back(i);
+    }
+
+    #[test]
+    fn a_shape_keeps_its_addresses_as_word_offsets_from_the_start() {
+        // Offsets, not addresses: a set's eight shapes in 4.4 KiB, not 16.
+        assert_eq!(std::mem::size_of::<Shape>(), 560);
+        let sp = 0x7ffc_0000_1000u64;
+        assert_eq!(offset(sp, sp), Some(0));
+        assert_eq!(offset(sp, sp + 8 * 65_535), Some(65_535));
+        // Below the start, between words, or past what a u16 holds: no shape is kept.
+        assert_eq!(offset(sp, sp - 8), None);
+        assert_eq!(offset(sp, sp + 12), None);
+        assert_eq!(offset(sp, sp + 8 * 65_536), None);
     }
 }
