@@ -79,21 +79,23 @@ fn round(with: u64, ids: &mut HashMap<Vec<u64>, u32>, seen: &mut Vec<Seen>) {
     }
 }
 
+/// The thread's first `first::AFTER` captures, before it takes its first-state cache and
+/// its inputs; then three rounds, the last with something else merged (another Python
+/// fingerprint). One call site for all: the outer frames are the same in every round.
+#[inline(never)]
+fn rounds() -> Vec<Seen> {
+    let n = std::hint::black_box((first::AFTER / PATHS) as usize + 3);
+    let mut ids = HashMap::with_capacity(4 * PATHS as usize);
+    let mut seen = Vec::with_capacity(n * PATHS as usize);
+    for i in 0..n {
+        round(if i + 1 == n { 5 } else { 0 }, &mut ids, &mut seen);
+    }
+    seen
+}
+
 #[test]
 fn call_paths_from_one_start_are_each_met_by_their_inputs_with_their_own_id() {
-    let seen = on_a_fresh_thread(|| {
-        // The thread's first `first::AFTER` captures, before it takes its first-state cache
-        // and its inputs; then three rounds, the last with something else merged (another
-        // Python fingerprint). One call site for all: the outer frames are the same in
-        // every round.
-        let n = std::hint::black_box((first::AFTER / PATHS) as usize + 3);
-        let mut ids = HashMap::with_capacity(4 * PATHS as usize);
-        let mut seen = Vec::with_capacity(n * PATHS as usize);
-        for i in 0..n {
-            round(if i + 1 == n { 5 } else { 0 }, &mut ids, &mut seen);
-        }
-        seen
-    });
+    let seen = on_a_fresh_thread(rounds);
     let mut rounds = seen.rchunks(PATHS as usize);
     let (other, second, first) = (rounds.next(), rounds.next(), rounds.next());
     let (other, second, first) = (other.unwrap(), second.unwrap(), first.unwrap());
@@ -119,5 +121,33 @@ fn call_paths_from_one_start_are_each_met_by_their_inputs_with_their_own_id() {
             (&was.0, was.1, From::Walk),
             "path {bits}"
         );
+    }
+}
+
+/// `f` called below a frame of 600 KiB.
+#[inline(never)]
+fn under_a_large_frame<T>(f: impl FnOnce() -> T) -> T {
+    let mut large = [0u8; 600 << 10];
+    std::hint::black_box(&mut large);
+    let r = f();
+    std::hint::black_box(&large);
+    r
+}
+
+#[test]
+fn a_walk_that_reads_a_word_past_what_an_offset_holds_is_not_kept_by_its_inputs() {
+    // The same rounds below a frame of 600 KiB: each walk reads a return address 600 KiB
+    // above its start, past the 512 KiB a shape's u16 offsets reach, so no shape is kept.
+    // Met again, every path is walked again, with its own frames and id: never given by
+    // its inputs (and the walks of the first 48 take the first-state set's entries, where
+    // the last 16 were met when the inputs answered the others).
+    let seen = on_a_fresh_thread(|| under_a_large_frame(rounds));
+    let mut rounds = seen.rchunks(PATHS as usize);
+    let (_, second, first) = (rounds.next(), rounds.next(), rounds.next());
+    let (second, first) = (second.unwrap(), first.unwrap());
+    assert!(first.iter().all(|s| s.2 == From::Walk));
+    for (bits, (was, now)) in first.iter().zip(second).enumerate() {
+        let now = (&now.0, now.1, now.2);
+        assert_eq!(now, (&was.0, was.1, From::Walk), "path {bits}");
     }
 }
