@@ -4,7 +4,8 @@
 # heaptrack with malloc/free, the same call paths, the modes run after run in turn so that
 # drift hits all alike. Prints each mode's median ns per pair (the program's own clock around
 # its loop: start-up and the profilers' teardown are not in it) and the cost over its plain
-# run, then the shim's cost as a share of heaptrack's.
+# run, then the shim's cost as a share of heaptrack's: of the medians, and paired (the median
+# of each run's share, each cost over the plain run made in the same round).
 #
 # usage: tests/bench/varied.sh [RUNS [SITES [ROUNDS [DEPTH]]]]   (defaults: 5 100000 10 20)
 #   e.g. tests/bench/varied.sh 5 100000 10 20   (100,000 distinct stacks, 20 and 21 frames deep)
@@ -48,3 +49,13 @@ shim_cost=$(python3 -c "print(round($(med ${res[shim_native]}) - $(med ${res[cud
 ht_cost=$(python3 -c "print(round($(med ${res[heaptrack]}) - $(med ${res[malloc]}), 1))")
 echo "shim (native stacks): +$shim_cost ns per pair; heaptrack: +$ht_cost ns per pair;" \
   "the shim's cost is $(python3 -c "print(round(100 * $shim_cost / $ht_cost))")% of heaptrack's"
+# Paired: each run's shim cost over its own plain run, as a share of the same run's heaptrack
+# cost over its own malloc run; the median over the runs (steadier where the machine's speed
+# drifts between rounds).
+python3 - "${res[cuda]}" "${res[shim_native]}" "${res[malloc]}" "${res[heaptrack]}" <<'PY'
+import statistics, sys
+cuda, shim, malloc, ht = ([float(x) for x in a.split()] for a in sys.argv[1:])
+shares = [(s - c) / (h - m) for c, s, m, h in zip(cuda, shim, malloc, ht) if h > m]
+print(f"paired: the shim's cost is {round(100 * statistics.median(shares))}% of heaptrack's "
+      f"(median of {len(shares)} runs: {' '.join(f'{100 * x:.0f}' for x in shares)})")
+PY
