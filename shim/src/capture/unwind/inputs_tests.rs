@@ -83,7 +83,7 @@ fn round(with: u64, ids: &mut HashMap<Vec<u64>, u32>, seen: &mut Vec<Seen>) {
 /// its inputs; then three rounds, the last with something else merged (another Python
 /// fingerprint). One call site for all: the outer frames are the same in every round.
 #[inline(never)]
-fn rounds() -> Vec<Seen> {
+fn every_round() -> Vec<Seen> {
     let n = std::hint::black_box((first::AFTER / PATHS) as usize + 3);
     let mut ids = HashMap::with_capacity(4 * PATHS as usize);
     let mut seen = Vec::with_capacity(n * PATHS as usize);
@@ -95,7 +95,7 @@ fn rounds() -> Vec<Seen> {
 
 #[test]
 fn call_paths_from_one_start_are_each_met_by_their_inputs_with_their_own_id() {
-    let seen = on_a_fresh_thread(rounds);
+    let seen = on_a_fresh_thread(every_round);
     let mut rounds = seen.rchunks(PATHS as usize);
     let (other, second, first) = (rounds.next(), rounds.next(), rounds.next());
     let (other, second, first) = (other.unwrap(), second.unwrap(), first.unwrap());
@@ -141,7 +141,7 @@ fn a_walk_that_reads_a_word_past_what_an_offset_holds_is_not_kept_by_its_inputs(
     // Met again, every path is walked again, with its own frames and id: never given by
     // its inputs (and the walks of the first 48 take the first-state set's entries, where
     // the last 16 were met when the inputs answered the others).
-    let seen = on_a_fresh_thread(|| under_a_large_frame(rounds));
+    let seen = on_a_fresh_thread(|| under_a_large_frame(every_round));
     let mut rounds = seen.rchunks(PATHS as usize);
     let (_, second, first) = (rounds.next(), rounds.next(), rounds.next());
     let (second, first) = (second.unwrap(), first.unwrap());
