@@ -5,7 +5,7 @@
 
 use gpumemprof_format::Record;
 use gpumemprof_tests::profiled::*;
-use gpumemprof_tests::source_line_of;
+use gpumemprof_tests::{program, source_line_of};
 
 /// (compared, differed, left to the slow unwinder) from the check line on stderr.
 fn check_counts(stderr: &str) -> (u64, u64, u64) {
@@ -107,6 +107,30 @@ fn fast_and_libgcc_frames_are_equal_for_code_without_frame_pointers() {
     // 50 rounds of a pair on the main thread and one on a new thread, then one kept.
     let records = assert_same_frames("unwind_nofp", &["12", "50"], 201);
     assert!(deepest_stack(&records) >= 20, "{}", deepest_stack(&records));
+}
+
+/// The virtual addresses of an ELF file's `PT_LOAD` segments, in order.
+fn load_addresses(elf: &[u8]) -> Vec<u64> {
+    let u64_at = |i: usize| u64::from_le_bytes(elf[i..i + 8].try_into().unwrap());
+    let u16_at = |i: usize| u16::from_le_bytes(elf[i..i + 2].try_into().unwrap());
+    let (phoff, phnum) = (u64_at(32) as usize, u16_at(56) as usize);
+    (0..phnum)
+        .map(|i| phoff + 56 * i)
+        .filter(|&p| u32::from_le_bytes(elf[p..p + 4].try_into().unwrap()) == 1)
+        .map(|p| u64_at(p + 16))
+        .collect()
+}
+
+#[test]
+fn a_main_program_whose_segments_leave_a_gap_is_unwound_by_the_fast_path() {
+    // Its text starts 64 KiB in, past unmapped pages: `_dl_find_object` reports the text
+    // segment alone, whose first page is code, not the ELF header. Every stack goes
+    // through 10 frames of the program's own code, each found by its rules (none left to
+    // libgcc), and names recurse() ten times.
+    let elf = std::fs::read(program("unwind_gap")).expect("unwind_gap built");
+    assert_eq!(load_addresses(&elf)[..2], [0, 0x10000]);
+    let records = assert_same_frames("unwind_gap", &["8", "20"], 40);
+    assert!(deepest_stack(&records) >= 10, "{}", deepest_stack(&records));
 }
 
 #[test]

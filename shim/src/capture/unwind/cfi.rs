@@ -188,6 +188,7 @@ struct Object {
 
 const PT_LOAD: u32 = 1;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+const PT_PHDR: u32 = 6;
 const PF_R: u32 = 4;
 /// Program headers are read only from the object's first page, always mapped.
 const FIRST_PAGE: u64 = 4096;
@@ -210,21 +211,16 @@ impl Object {
         {
             return None;
         }
-        let start = dlfo.map_start as u64;
-        let end = dlfo.map_end as u64;
-        // SAFETY: the object's first page is mapped and readable (it holds the ELF and
-        // program headers of every object ld.so maps); every read is bounds-checked.
-        let page = unsafe { std::slice::from_raw_parts(start as *const u8, FIRST_PAGE as usize) };
-        if end < start + FIRST_PAGE || page.get(..4)? != b"\x7fELF" || page[4] != 2 {
-            return None;
-        }
-        let phoff = u64_at(page, 32)? as usize;
-        let phentsize = u16_at(page, 54)? as usize;
-        let phnum = u16_at(page, 56)? as usize;
-        if phentsize != 56 {
-            return None;
-        }
-        let phdrs = page.get(phoff..phoff.checked_add(phnum * 56)?)?;
+        // The bias is the link map's `l_addr` (its first field).
+        // SAFETY: `_dl_find_object` returned a live link map.
+        let bias = unsafe { *(dlfo.link_map as *const u64) };
+        let (phdrs, end) = match headers_at(dlfo.map_start as u64, dlfo.map_end as u64, bias) {
+            Some(h) => h,
+            // SAFETY: as above.
+            None if unsafe { is_main(dlfo.link_map) } => main_headers(bias)?,
+            None => return None,
+        };
+        let phnum = phdrs.len() / 56;
         let ph = |i: usize| {
             let p = &phdrs[i * 56..i * 56 + 56];
             // p_type, p_flags, p_offset, p_vaddr, p_memsz
@@ -236,16 +232,6 @@ impl Object {
                 u64_at(p, 40).unwrap_or(0),
             )
         };
-        // The bias is the link map's `l_addr` (its first field); the segment holding
-        // file offset 0 (these headers) must start the mapping, or they are not ours.
-        // SAFETY: `_dl_find_object` returned a live link map.
-        let bias = unsafe { *(dlfo.link_map as *const u64) };
-        let first = (0..phnum)
-            .map(ph)
-            .find(|&(t, _, off, _, _)| t == PT_LOAD && off == 0)?;
-        if bias.wrapping_add(first.3 & !(FIRST_PAGE - 1)) != start {
-            return None;
-        }
         let (_, _, _, hdr_vaddr, hdr_size) =
             (0..phnum).map(ph).find(|&(t, ..)| t == PT_GNU_EH_FRAME)?;
         let hdr_addr = bias.wrapping_add(hdr_vaddr);
@@ -289,6 +275,85 @@ impl Object {
             eh_frame,
         })
     }
+}
+
+/// Whether `link_map` is the main program's (glibc names it "").
+///
+/// # Safety
+/// A live link map.
+unsafe fn is_main(link_map: *mut c_void) -> bool {
+    // SAFETY: the caller's; `l_name` follows `l_addr` in the public `struct link_map`.
+    let name = unsafe { *(link_map as *const *const u8).add(1) };
+    // SAFETY: a link map's name is a C string.
+    !name.is_null() && unsafe { *name } == 0
+}
+
+/// The program headers of the object whose mapping starts at `start` (its ELF header, in
+/// its first page), loaded at `bias`, and the end of its mapping, `end`; `None` if that page
+/// is not its headers.
+fn headers_at(start: u64, end: u64, bias: u64) -> Option<(&'static [u8], u64)> {
+    // SAFETY: the object's first page is mapped and readable (it holds the ELF and
+    // program headers of every object ld.so maps); every read is bounds-checked.
+    let page = unsafe { std::slice::from_raw_parts(start as *const u8, FIRST_PAGE as usize) };
+    if end < start + FIRST_PAGE || page.get(..4)? != b"\x7fELF" || page[4] != 2 {
+        return None;
+    }
+    let phoff = u64_at(page, 32)? as usize;
+    let phentsize = u16_at(page, 54)? as usize;
+    let phnum = u16_at(page, 56)? as usize;
+    if phentsize != 56 {
+        return None;
+    }
+    let phdrs = page.get(phoff..phoff.checked_add(phnum * 56)?)?;
+    // The segment holding file offset 0 (these headers) must start the mapping, or they
+    // are not ours.
+    let first = phdrs
+        .chunks_exact(56)
+        .find(|p| u32_at(p, 0) == Some(PT_LOAD) && u64_at(p, 8) == Some(0))?;
+    if bias.wrapping_add(u64_at(first, 16)? & !(FIRST_PAGE - 1)) != start {
+        return None;
+    }
+    Some((phdrs, end))
+}
+
+/// The main program's program headers, from the auxiliary vector, and the end of its last
+/// segment, where its mapping as `_dl_find_object` reports it does not start with them: for
+/// a main program whose segments leave a gap between them (linked for pages larger than
+/// 4 KiB, or as the linker happened to lay them out), glibc reports its text segment alone,
+/// whose first page is code, and every frame of the program went to the slow unwinder.
+/// `None` unless the headers' own segment (`PT_PHDR`) puts them where they are at `bias`.
+fn main_headers(bias: u64) -> Option<(&'static [u8], u64)> {
+    // SAFETY: reads the process's auxiliary vector.
+    let (at, n, size) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+            libc::getauxval(libc::AT_PHENT),
+        )
+    };
+    if at == 0 || n == 0 || n > 1024 || size != 56 {
+        return None;
+    }
+    // SAFETY: the program headers the kernel mapped for the main program, which stay
+    // mapped (they lie in its first segment).
+    let phdrs = unsafe { std::slice::from_raw_parts(at as *const u8, n as usize * 56) };
+    let phdr = phdrs
+        .chunks_exact(56)
+        .find(|p| u32_at(p, 0) == Some(PT_PHDR))?;
+    if bias.wrapping_add(u64_at(phdr, 16)?) != at {
+        return None;
+    }
+    let end = phdrs
+        .chunks_exact(56)
+        .filter(|p| u32_at(p, 0) == Some(PT_LOAD))
+        .map(|p| {
+            Some(
+                bias.wrapping_add(u64_at(p, 16)?)
+                    .wrapping_add(u64_at(p, 40)?),
+            )
+        })
+        .max()??;
+    Some((phdrs, end))
 }
 
 fn u16_at(b: &[u8], i: usize) -> Option<u16> {
