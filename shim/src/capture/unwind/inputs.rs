@@ -5,9 +5,11 @@
 //! ```text
 //!  capture at (ip, sp), no memo met at its first state, no first-state cache entry
 //!   └► the shapes of set hash(ip, sp): an earlier walk's start and the address of every
-//!      word it read (as an offset from sp) ─► key = hash(shape, what is merged, rbp
-//!      where read, the words now at those addresses) ─► the table (two 5-way buckets a
-//!      key, up to 8 MiB): the stack id noted for it
+//!      word it read (as an offset from sp), those whose fork word (where they part from
+//!      another shape of the start, `shape.rs`) holds what their walks read there
+//!      ─► key = hash(shape, what is merged, rbp where read, the words now at those
+//!      addresses) ─► the table (two 5-way buckets a key, up to 8 MiB): the stack id
+//!      noted for it
 //!   miss: the walk; its shape kept (the set's least recently used replaced), its key
 //!      left pending until the caller interns the frames and notes the id (`note`)
 //! ```
@@ -38,18 +40,20 @@ use super::memo;
 use super::pool::Pool;
 use std::mem::MaybeUninit;
 
-use crate::capture::words_hash::{hash_words, mix};
 use crate::sys::{pages, prefetch};
+use shape::{key, offset, Shape, WORDS};
+
+mod shape;
+#[cfg(test)]
+mod tests;
 
 /// Shapes per thread, in sets of `WAYS` chosen by the start: a start has a shape per
 /// frame layout its call paths take (two copies of one function that save a register in
 /// different slots make two; `varied_sites` has two a start, at four starts: an allocation
-/// and a free at two depths), and starts share sets. 560 bytes each, touched only when
+/// and a free at two depths), and starts share sets. 568 bytes each, touched only when
 /// used.
 const SETS: usize = 32;
 const WAYS: usize = 8;
-/// Words a shape holds; a walk that read more is not kept.
-const WORDS: usize = memo::WORDS;
 /// Entries of a bucket: 5 (key, id) pairs of 12 bytes, one cache line.
 const WAYS_PER_BUCKET: usize = 5;
 /// The table's first size in buckets (64 KiB), and its largest (8 MiB): it doubles when it
@@ -80,40 +84,6 @@ struct Bucket {
     ids: [u32; WAYS_PER_BUCKET],
 }
 
-/// The addresses an earlier walk read, from its start: each as its distance from the
-/// start's stack pointer in words (every address a walk reads lies at or above it), so
-/// that a shape is 560 bytes, not 2 KiB: a lookup reads a quarter of the cache lines for
-/// them (two for 55 words, not seven), and a thread's shapes take 140 KiB, not 512
-/// (BENCHMARKS.md, sixteenth).
-struct Shape {
-    /// The rules' epoch; 0: empty.
-    epoch: u64,
-    used: u64,
-    skip: (u64, u64),
-    ip: u64,
-    sp: u64,
-    /// The stack top of the thread that walked (every address lies below it).
-    top: u64,
-    room: u32,
-    bp_needed: bool,
-    n_words: u32,
-    /// A hash of all the above and the offsets: part of every key of this shape.
-    tag: u64,
-    /// The word at `sp + 8 * offs[i]` was read i-th.
-    offs: [u16; WORDS],
-}
-
-/// The offset in words of `addr` from `sp`, if it is a whole number of words at or above
-/// `sp` that a `u16` holds.
-#[inline(always)]
-fn offset(sp: u64, addr: u64) -> Option<u16> {
-    let d = addr.checked_sub(sp)?;
-    if d % 8 != 0 {
-        return None;
-    }
-    u16::try_from(d / 8).ok()
-}
-
 /// One thread's shapes and keys (from `calloc`: all zero is empty).
 pub struct Inputs {
     shapes: [Shape; SETS * WAYS],
@@ -134,50 +104,6 @@ fn set(ip: u64, sp: u64) -> std::ops::Range<usize> {
     s * WAYS..(s + 1) * WAYS
 }
 
-/// The key of a walk of the shape tagged `tag` that read `items`, the value of each
-/// `value(item)`, with `with` merged and the rbp `bp` (0 where no rule reads it).
-#[inline(always)]
-fn key<T>(tag: u64, with: u64, bp: u64, items: &[T], value: impl Fn(&T) -> u64) -> u64 {
-    let seeds = [
-        tag,
-        mix(with, 0x243F_6A88_85A3_08D3),
-        bp,
-        items.len() as u64,
-    ];
-    hash_words(seeds, items, value)
-}
-
-impl Shape {
-    /// Whether a walk from `s` with output room `room` on a stack that ends at `top`
-    /// starts as this shape's did.
-    #[inline(always)]
-    fn starts(&self, s: Start, room: usize, top: u64) -> bool {
-        self.epoch == s.epoch
-            && self.sp == s.sp
-            && self.ip == s.ip
-            && self.skip == s.skip
-            && self.top == top
-            && self.room as usize == room
-    }
-
-    /// The key of the walk from `s` (which `starts` as this shape), with `with` merged, as
-    /// the stack reads now.
-    ///
-    /// # Safety
-    /// The shape is this thread's, and `starts` for `s` on this thread's stack.
-    #[inline(always)]
-    unsafe fn key_now(&self, s: Start, with: u64) -> u64 {
-        let offs = &self.offs[..self.n_words as usize];
-        let bp = if self.bp_needed { s.bp } else { 0 };
-        let sp = s.sp as *const u64;
-        // SAFETY: each address was read by this thread's walk from this stack pointer
-        // under this stack top: it lies in this thread's stack (the module's note).
-        key(self.tag, with, bp, offs, |&o| unsafe {
-            sp.add(o as usize).read()
-        })
-    }
-}
-
 impl Inputs {
     /// The stack id noted for the walk from `s` (output room `room`, stack top `top`) with
     /// `with` merged, if a shape of its start knows the words it would read.
@@ -193,49 +119,61 @@ impl Inputs {
             return None;
         }
         self.clock += 1;
+        // The shapes of this start whose fork word is there now.
+        let mut ways = [0usize; WAYS];
+        let mut n = 0;
+        for i in set(s.ip, s.sp) {
+            let shape = &self.shapes[i];
+            // SAFETY: as this function's.
+            if shape.starts(s, room, top) && unsafe { shape.forks_here(s.sp) } {
+                ways[n] = i;
+                n += 1;
+            }
+        }
+        // SAFETY: as this function's.
+        let (i, id) = unsafe { self.probe(&ways[..n], s, with) }?;
+        let shape = &mut self.shapes[i];
+        shape.used = self.clock;
+        // SAFETY: an address of this shape's (as in `key_now`).
+        shape.seen(|_, o| unsafe { (s.sp as *const u64).add(o).read() });
+        Some(id)
+    }
+
+    /// The first of shapes `ways` (which start as `s`) whose key for the walk from `s` is
+    /// noted, and its id.
+    ///
+    /// # Safety
+    /// As `lookup`'s.
+    #[inline(always)]
+    unsafe fn probe(&self, ways: &[usize], s: Start, with: u64) -> Option<(usize, u32)> {
         if self.buckets <= CACHED_BUCKETS {
             // A table the core's cache holds: each shape's key probed as soon as it is
             // made, and the shapes after the one that finds it are not hashed.
-            for i in set(s.ip, s.sp) {
-                let shape = &self.shapes[i];
-                if shape.starts(s, room, top) {
-                    // SAFETY: as this function's.
-                    if let Some(id) = self.find(unsafe { shape.key_now(s, with) }) {
-                        self.shapes[i].used = self.clock;
-                        return Some(id);
-                    }
+            for &i in ways {
+                // SAFETY: as this function's.
+                if let Some(id) = self.find(unsafe { self.shapes[i].key_now(s, with) }) {
+                    return Some((i, id));
                 }
             }
             return None;
         }
-        // A larger table: every shape of this start's key first, each bucket asked for as
-        // soon as it is known: where a start has several shapes, the probes are misses in
-        // memory, and they overlap instead of following each other (BENCHMARKS.md,
-        // fourteenth).
-        let mut keys = [(0usize, 0u64); WAYS];
-        let mut n = 0;
-        for i in set(s.ip, s.sp) {
-            let shape = &self.shapes[i];
-            if shape.starts(s, room, top) {
-                // SAFETY: as this function's.
-                let k = unsafe { shape.key_now(s, with) };
-                let (a, b) = buckets_of(k, self.buckets);
-                // SAFETY: a table of `buckets` buckets (not null, above).
-                unsafe {
-                    prefetch::for_read(self.table.add(a));
-                    prefetch::for_read(self.table.add(b));
-                }
-                keys[n] = (i, k);
-                n += 1;
+        // A larger table: every shape's key first, each bucket asked for as soon as it is
+        // known: where several shapes are asked, the probes are misses in memory, and they
+        // overlap instead of following each other (BENCHMARKS.md, fourteenth).
+        let mut keys = [0u64; WAYS];
+        for (k, &i) in keys.iter_mut().zip(ways) {
+            // SAFETY: as this function's.
+            *k = unsafe { self.shapes[i].key_now(s, with) };
+            let (a, b) = buckets_of(*k, self.buckets);
+            // SAFETY: a table of `buckets` buckets (not null: `lookup`).
+            unsafe {
+                prefetch::for_read(self.table.add(a));
+                prefetch::for_read(self.table.add(b));
             }
         }
-        for &(i, k) in &keys[..n] {
-            if let Some(id) = self.find(k) {
-                self.shapes[i].used = self.clock;
-                return Some(id);
-            }
-        }
-        None
+        keys.iter()
+            .zip(ways)
+            .find_map(|(&k, &i)| self.find(k).map(|id| (i, id)))
     }
 
     /// The id noted for `k`, in either of its two buckets.
@@ -274,12 +212,13 @@ impl Inputs {
         let mut offs = [MaybeUninit::<u16>::uninit(); WORDS];
         let mut vals = [MaybeUninit::<u64>::uninit(); WORDS];
         let mut n = 0;
-        let mut last = None;
+        // No word lies at the last address (an odd one).
+        let mut last = u64::MAX;
         for &(a, v) in read {
-            if last == Some(a) {
+            if a == last {
                 continue;
             }
-            last = Some(a);
+            last = a;
             let Some(o) = offset(s.sp, a) else {
                 return false;
             };
@@ -304,22 +243,27 @@ impl Inputs {
                 && sh.offs[..n] == *offs
         };
         let i = match ways.clone().find(|&i| same(&self.shapes[i])) {
-            Some(i) => i,
+            Some(i) => {
+                self.shapes[i].seen(|j, _| vals[j]);
+                i
+            }
             None => {
                 let i = ways
+                    .clone()
                     .min_by_key(|&i| match &self.shapes[i] {
                         sh if sh.epoch == 0 => 0,
                         sh => sh.used,
                     })
                     .expect("a set has ways");
-                let sh = &mut self.shapes[i];
-                sh.offs[..n].copy_from_slice(offs);
-                (sh.skip, sh.ip, sh.sp, sh.top) = (s.skip, s.ip, s.sp, top);
-                (sh.room, sh.bp_needed, sh.n_words) = (room as u32, bp_needed, n as u32);
-                sh.epoch = s.epoch;
-                let head = [s.epoch, s.skip.0, s.skip.1, s.ip, s.sp, top, room as u64];
-                let start = head.iter().fold(0x9E37_79B9_7F4A_7C15, |h, &v| mix(h, v));
-                sh.tag = key(start, 0, u64::from(bp_needed), offs, |&o| u64::from(o));
+                let fork = shape::fork_among(
+                    &mut self.shapes[ways.clone()],
+                    i - ways.start,
+                    s,
+                    room,
+                    top,
+                    offs,
+                );
+                self.shapes[i].fill(s, room, top, bp_needed, offs, vals, fork);
                 i
             }
         };
@@ -477,102 +421,3 @@ pub fn give_back(block: *mut Inputs) {
 
 /// A thread's block once the thread has given it back at exit.
 pub const GONE: *mut Inputs = std::ptr::dangling_mut();
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A block with no table, whatever another test left in the pool.
-    fn empty() -> &'static mut Inputs {
-        // SAFETY: a block of the calling test's own, from the pool.
-        let i = unsafe { &mut *take() };
-        i.release();
-        (i.buckets, i.stored) = (0, 0);
-        i
-    }
-
-    /// Notes `id` for key `k` as `note` does after a walk (`store` leaves it pending).
-    fn noted(i: &mut Inputs, k: u64, id: u32) {
-        i.pending = k;
-        i.note(id);
-    }
-
-    #[test]
-    fn every_key_noted_is_found_as_the_table_grows() {
-        let i = empty();
-        // 40,000 keys that share a first bucket by four at most while the table has room
-        // for them (1, 2, 3, ...: the low bits pick it), the table growing from 1,024
-        // buckets to 16,384 as it fills (at 3.5 keys a bucket): every key kept through each
-        // growth.
-        let key = |n: u64| n + 1;
-        for n in 0..40_000u64 {
-            assert_eq!(i.find(key(n)), None);
-            noted(i, key(n), n as u32 + 1);
-        }
-        assert_eq!(i.buckets, 16_384);
-        let found = (0..40_000u64)
-            .filter(|&n| i.find(key(n)) == Some(n as u32 + 1))
-            .count();
-        assert_eq!(found, 40_000);
-        // Nothing noted without a pending key, nor for id 0.
-        i.note(9);
-        noted(i, key(40_000), 0);
-        assert_eq!(i.find(key(40_000)), None);
-        give_back(i);
-    }
-
-    #[test]
-    fn a_bucket_keeps_its_five_most_recent_keys_in_one_cache_line() {
-        let mut b = Bucket {
-            keys: [0; WAYS_PER_BUCKET],
-            ids: [0; WAYS_PER_BUCKET],
-        };
-        for k in 1..=6u64 {
-            assert!(put(&mut b, k, 10 * k as u32));
-        }
-        assert_eq!((b.keys, b.ids), ([6, 5, 4, 3, 2], [60, 50, 40, 30, 20]));
-        // One put again moves to the front, and is not counted as new.
-        assert!(!put(&mut b, 3, 30));
-        assert_eq!((b.keys, b.ids), ([3, 6, 5, 4, 2], [30, 60, 50, 40, 20]));
-        assert_eq!(BUCKET_BYTES, 64);
-    }
-
-    #[test]
-    fn keys_that_share_a_first_bucket_spread_to_their_second() {
-        let i = empty();
-        // Seven keys below 2^32 whose low ten bits are 5 (first bucket 5 of 1,024) and whose
-        // bits 11 on differ (second buckets 1 to 7): all seven are found, where one bucket
-        // a key keeps five.
-        let key = |j: u64| 5 + 2048 * (j + 1);
-        for j in 0..7 {
-            assert_eq!(buckets_of(key(j), 1024), (5, j as usize + 1));
-            noted(i, key(j), j as u32 + 1);
-        }
-        assert_eq!(i.buckets, 1024);
-        let found: Vec<_> = (0..7).map(|j| i.find(key(j))).collect();
-        assert_eq!(found, (1..=7).map(Some).collect::<Vec<_>>());
-        // Each went to the emptier of its two: the first key to bucket 5 (a tie), the next
-        // three to their empty second buckets, the fifth (second bucket 5 too) to bucket 5,
-        // the last two to their second buckets.
-        // SAFETY: the table of 1,024 buckets noted into above.
-        let held = |b: usize| unsafe { (*i.table.add(b)).held() };
-        assert_eq!(
-            (0..9).map(held).collect::<Vec<_>>(),
-            [0, 0, 1, 1, 1, 2, 1, 1, 0]
-        );
-        give_back(i);
-    }
-
-    #[test]
-    fn a_shape_keeps_its_addresses_as_word_offsets_from_the_start() {
-        // Offsets, not addresses: a set's eight shapes in 4.4 KiB, not 16.
-        assert_eq!(std::mem::size_of::<Shape>(), 560);
-        let sp = 0x7ffc_0000_1000u64;
-        assert_eq!(offset(sp, sp), Some(0));
-        assert_eq!(offset(sp, sp + 8 * 65_535), Some(65_535));
-        // Below the start, between words, or past what a u16 holds: no shape is kept.
-        assert_eq!(offset(sp, sp - 8), None);
-        assert_eq!(offset(sp, sp + 12), None);
-        assert_eq!(offset(sp, sp + 8 * 65_536), None);
-    }
-}
