@@ -214,12 +214,8 @@ impl Object {
         // The bias is the link map's `l_addr` (its first field).
         // SAFETY: `_dl_find_object` returned a live link map.
         let bias = unsafe { *(dlfo.link_map as *const u64) };
-        let (phdrs, end) = match headers_at(dlfo.map_start as u64, dlfo.map_end as u64, bias) {
-            Some(h) => h,
-            // SAFETY: as above.
-            None if unsafe { is_main(dlfo.link_map) } => main_headers(bias)?,
-            None => return None,
-        };
+        let (phdrs, end) = headers_at(dlfo.map_start as u64, dlfo.map_end as u64, bias)
+            .or_else(|| main_headers(bias))?;
         let phnum = phdrs.len() / 56;
         let ph = |i: usize| {
             let p = &phdrs[i * 56..i * 56 + 56];
@@ -277,17 +273,6 @@ impl Object {
     }
 }
 
-/// Whether `link_map` is the main program's (glibc names it "").
-///
-/// # Safety
-/// A live link map.
-unsafe fn is_main(link_map: *mut c_void) -> bool {
-    // SAFETY: the caller's; `l_name` follows `l_addr` in the public `struct link_map`.
-    let name = unsafe { *(link_map as *const *const u8).add(1) };
-    // SAFETY: a link map's name is a C string.
-    !name.is_null() && unsafe { *name } == 0
-}
-
 /// The program headers of the object whose mapping starts at `start` (its ELF header, in
 /// its first page), loaded at `bias`, and the end of its mapping, `end`; `None` if that page
 /// is not its headers.
@@ -321,7 +306,9 @@ fn headers_at(start: u64, end: u64, bias: u64) -> Option<(&'static [u8], u64)> {
 /// a main program whose segments leave a gap between them (linked for pages larger than
 /// 4 KiB, or as the linker happened to lay them out), glibc reports its text segment alone,
 /// whose first page is code, and every frame of the program went to the slow unwinder.
-/// `None` unless the headers' own segment (`PT_PHDR`) puts them where they are at `bias`.
+/// `None` unless the headers' own segment (`PT_PHDR`) puts them where they are at `bias`:
+/// the object at `bias` is the main program (and its `.eh_frame_hdr` is then checked
+/// against what `_dl_find_object` found, as any object's is).
 fn main_headers(bias: u64) -> Option<(&'static [u8], u64)> {
     // SAFETY: reads the process's auxiliary vector.
     let (at, n, size) = unsafe {
