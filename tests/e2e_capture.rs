@@ -353,6 +353,48 @@ fn stacks_off_records_events_without_stacks() {
 }
 
 #[test]
+fn free_stacks_off_records_frees_without_a_stack_and_allocations_with_theirs() {
+    // train_leak 5: 26 allocations, 21 frees, 5 MiB leaked from keep_for_logging.
+    let leak_site = |env: &[(&str, &str)]| {
+        let dir = scratch(&format!("free_stacks_{}", env.len()));
+        let run = run_profiled(&dir, "train_leak", &["5"], env);
+        assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+        let (h, records) = decode(&run.trace);
+        let stacks = |free: bool| -> Vec<u64> {
+            (records.iter())
+                .filter_map(|r| match r {
+                    Record::Alloc(a) if !free => Some(a.stack),
+                    Record::Free(f) if free => Some(f.stack),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (allocs, frees) = (stacks(false), stacks(true));
+        assert_eq!((allocs.len(), frees.len()), (26, 21));
+        assert!(allocs.iter().all(|&s| s != 0), "{allocs:?}");
+        let leaks = report("leaks", &run.trace, &[]);
+        assert_eq!(
+            (leaks["total_bytes"].as_u64(), leaks["total_count"].as_u64()),
+            (Some(5 * MIB), Some(5))
+        );
+        let site = &leaks["groups"][0]["site"];
+        let site = (site["function"].clone(), site["line"].clone());
+        (h["config"]["free_stacks"].clone(), frees, site)
+    };
+    let (on, frees_on, site_on) = leak_site(&[]);
+    let (off, frees_off, site_off) = leak_site(&[("GPUMEMPROF_FREE_STACKS", "0")]);
+    assert_eq!(
+        (on, off),
+        (serde_json::json!(true), serde_json::json!(false))
+    );
+    assert!(frees_on.iter().all(|&s| s != 0), "{frees_on:?}");
+    assert!(frees_off.iter().all(|&s| s == 0), "{frees_off:?}");
+    // The leak is found at the same line either way.
+    assert_eq!(site_on.0, "keep_for_logging");
+    assert_eq!(site_on, site_off);
+}
+
+#[test]
 fn a_free_of_memory_allocated_where_the_shim_cannot_see_is_an_unknown_free() {
     // 1 MiB through the export and 2 MiB through dlsym on libcudart's handle are seen; 3 MiB
     // from the legacy, unhooked v1 cuMemAlloc is freed with cudaFree: an unknown free.

@@ -662,6 +662,36 @@ fn pytorchs_own_function_still_runs_when_python_loads_it_locally() {
     assert_eq!(s["allocators"][0]["tensor_frees"], json!(100));
 }
 
+#[test]
+fn without_free_stacks_tensors_freed_have_no_stack_and_the_kept_ones_leak_at_their_line() {
+    // GPUMEMPROF_FREE_STACKS=0, as PyTorch's own context='alloc': each of the allocator's
+    // 54 tensors handed out has its stack, none of its 50 taken back has one (nor has any
+    // free of its segments), and the leak is where it was.
+    let dir = scratch("torch_free_stacks");
+    let trace = dir.join("harness.trace");
+    run_env(Some(&trace), &[], &[("GPUMEMPROF_FREE_STACKS", "0")]);
+    let (h, records) = gpumemprof_tests::profiled::decode(&trace);
+    assert_eq!(h["config"]["free_stacks"], json!(false));
+    let tensors = |handed_out: bool| -> Vec<u64> {
+        (records.iter())
+            .filter_map(|r| match r {
+                gpumemprof_format::Record::Tensor(t) if (t.delta > 0) == handed_out => {
+                    Some(t.stack)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let (out, back) = (tensors(true), tensors(false));
+    assert_eq!((out.len(), back.len()), (54, 50));
+    assert!(out.iter().all(|&s| s != 0), "{out:?}");
+    assert!(back.iter().all(|&s| s == 0), "{back:?}");
+    assert!(records
+        .iter()
+        .all(|r| !matches!(r, gpumemprof_format::Record::Free(f) if f.stack != 0)));
+    the_kept_tensors_leak(&trace);
+}
+
 /// `leaks`: the 4 tensors (12 MiB) the harness keeps, at its KEEP line.
 fn the_kept_tensors_leak(trace: &Path) {
     let l = report("leaks", trace, &[]);

@@ -10,7 +10,7 @@ use crate::capture::{python, stack};
 use crate::session;
 use crate::sys::clock;
 use crate::sys::config::MAX_STACK_DEPTH;
-use crate::sys::event::{Event, EventKind};
+use crate::sys::event::{Event, EventKind, TENSOR_FREE};
 use crate::sys::hooklist::Api;
 use gpumemprof_format::MemKind;
 use std::mem::MaybeUninit;
@@ -166,7 +166,12 @@ pub fn record(me: &ThreadState, r: Rec) {
         return;
     };
     crate::sys::faults::event_panic_due();
-    let depth = session::stack_depth();
+    let free = r.kind == EventKind::Free || (r.kind == EventKind::Tensor && r.aux == TENSOR_FREE);
+    let depth = if free {
+        session::free_stack_depth()
+    } else {
+        session::stack_depth()
+    };
     let stack = if depth > 0 { capture_stack(depth) } else { 0 };
     let ev = Event {
         time_ns: r.time_ns,

@@ -56,6 +56,8 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static PIPELINE: AtomicPtr<Pipeline> = AtomicPtr::new(std::ptr::null_mut());
 /// Frames to capture per event (0 = stacks off); read on the hot path.
 static STACK_DEPTH: AtomicUsize = AtomicUsize::new(0);
+/// `GPUMEMPROF_FREE_STACKS`: whether a free captures its stack too.
+static FREE_STACKS: AtomicBool = AtomicBool::new(true);
 /// `ForkMode` of the running configuration (0 trace, 1 off).
 static FORK_OFF: AtomicBool = AtomicBool::new(false);
 /// The pid that started the pipeline: a vfork child shares our memory and must not
@@ -101,6 +103,16 @@ fn unfinished() -> Option<&'static Pipeline> {
 #[inline]
 pub fn stack_depth() -> usize {
     STACK_DEPTH.load(Ordering::Relaxed)
+}
+
+/// Frames to capture for a free (0 where `GPUMEMPROF_FREE_STACKS=0`).
+#[inline]
+pub fn free_stack_depth() -> usize {
+    if FREE_STACKS.load(Ordering::Relaxed) {
+        stack_depth()
+    } else {
+        0
+    }
 }
 
 /// The trace file's path once a file exists.

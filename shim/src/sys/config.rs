@@ -76,6 +76,8 @@ pub struct Config {
     pub output: String,
     pub stacks: StackMode,
     pub stack_depth: usize,
+    /// `GPUMEMPROF_FREE_STACKS`: whether a free records its stack.
+    pub free_stacks: bool,
     pub flush_ms: u64,
     pub queue_capacity: usize,
     pub quiet: bool,
@@ -102,6 +104,7 @@ impl Default for Config {
             output: "gpumemprof.%p.trace".to_string(),
             stacks: StackMode::Full,
             stack_depth: 64,
+            free_stacks: true,
             flush_ms: 100,
             queue_capacity: 16384,
             quiet: false,
@@ -142,6 +145,11 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_STACK_DEPTH",
         default: "64",
         doc: "Frames recorded per stack, 1 to 128.",
+    },
+    Var {
+        name: "GPUMEMPROF_FREE_STACKS",
+        default: "1",
+        doc: "`1`: a free (of device memory or of a tensor) records its stack, as an allocation does. `0`: frees record none (stack id 0), as PyTorch's `_record_memory_history(context='alloc')`: allocations keep theirs, so `leaks`, `peak`, `oom` and the flame graphs are the same, but a free's own stack is not shown (the torch snapshot's free entries have no frames); where allocations and frees come from many call paths, stacks cost a third to nearly a half less (BENCHMARKS.md, seventeenth).",
     },
     Var {
         name: "GPUMEMPROF_FLUSH_MS",
@@ -286,6 +294,14 @@ impl Config {
                 c.stack_depth = n as usize;
             }
         }
+        if let Some(v) = get("GPUMEMPROF_FREE_STACKS") {
+            match flag(&v) {
+                Some(b) => c.free_stacks = b,
+                None => w.push(format!(
+                    "GPUMEMPROF_FREE_STACKS={v:?} is not 0 or 1; ignored"
+                )),
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_FLUSH_MS") {
             if let Some(n) = ranged("GPUMEMPROF_FLUSH_MS", &v, 1, 60_000, &mut w) {
                 c.flush_ms = n;
@@ -395,6 +411,7 @@ impl Config {
             "output": self.output,
             "stacks": self.stacks.name(),
             "stack_depth": self.stack_depth,
+            "free_stacks": self.free_stacks,
             "flush_ms": self.flush_ms,
             "queue_capacity": self.queue_capacity,
             "nvml_ms": self.nvml_ms,
@@ -442,6 +459,7 @@ mod tests {
         assert_eq!(c.output, "gpumemprof.%p.trace");
         assert_eq!(c.stacks, StackMode::Full);
         assert_eq!(c.stack_depth, 64);
+        assert!(c.free_stacks);
         assert_eq!(c.flush_ms, 100);
         assert_eq!(c.queue_capacity, 16384);
         assert_eq!(c.nvml_ms, 500);
@@ -459,6 +477,7 @@ mod tests {
             ("GPUMEMPROF_OUTPUT", "/tmp/x.%p"),
             ("GPUMEMPROF_STACKS", "off"),
             ("GPUMEMPROF_STACK_DEPTH", "7"),
+            ("GPUMEMPROF_FREE_STACKS", "0"),
             ("GPUMEMPROF_FLUSH_MS", "5"),
             ("GPUMEMPROF_QUEUE_CAPACITY", "64"),
             ("GPUMEMPROF_QUIET", "1"),
@@ -488,6 +507,7 @@ mod tests {
         assert_eq!(c.output, "/tmp/x.%p");
         assert_eq!(c.stacks, StackMode::Off);
         assert_eq!(c.stack_depth, 7);
+        assert!(!c.free_stacks);
         assert_eq!(c.flush_ms, 5);
         assert_eq!(c.queue_capacity, 64);
         assert!(c.quiet && c.disabled);
@@ -503,8 +523,10 @@ mod tests {
             ("GPUMEMPROF_NVML_MS", "5"),
             ("GPUMEMPROF_MODE", "sometimes"),
             ("GPUMEMPROF_OOM_RING", "1"),
+            ("GPUMEMPROF_FREE_STACKS", "sometimes"),
         ]);
-        assert_eq!(w.len(), 7, "{w:?}");
+        assert_eq!(w.len(), 8, "{w:?}");
+        assert!(c.free_stacks);
         assert_eq!((c.mode, c.oom_ring), (Mode::Full, 65536));
         assert_eq!(c.nvml_ms, 500);
         assert_eq!(c.stacks, StackMode::Full);
