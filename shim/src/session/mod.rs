@@ -56,8 +56,8 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static PIPELINE: AtomicPtr<Pipeline> = AtomicPtr::new(std::ptr::null_mut());
 /// Frames to capture per event (0 = stacks off); read on the hot path.
 static STACK_DEPTH: AtomicUsize = AtomicUsize::new(0);
-/// `GPUMEMPROF_FREE_STACKS`: whether a free captures its stack too.
-static FREE_STACKS: AtomicBool = AtomicBool::new(true);
+/// Frames to capture per free: `STACK_DEPTH`, or 0 where `GPUMEMPROF_FREE_STACKS=0`.
+static FREE_STACK_DEPTH: AtomicUsize = AtomicUsize::new(0);
 /// `ForkMode` of the running configuration (0 trace, 1 off).
 static FORK_OFF: AtomicBool = AtomicBool::new(false);
 /// The pid that started the pipeline: a vfork child shares our memory and must not
@@ -108,11 +108,7 @@ pub fn stack_depth() -> usize {
 /// Frames to capture for a free (0 where `GPUMEMPROF_FREE_STACKS=0`).
 #[inline]
 pub fn free_stack_depth() -> usize {
-    if FREE_STACKS.load(Ordering::Relaxed) {
-        stack_depth()
-    } else {
-        0
-    }
+    FREE_STACK_DEPTH.load(Ordering::Relaxed)
 }
 
 /// The trace file's path once a file exists.

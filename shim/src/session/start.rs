@@ -2,7 +2,7 @@
 //! trace (or arm the flight recorder), start the writer thread, install the signal
 //! handlers. Any failure is one warning and the program runs without profiling.
 
-use super::{signals, FORK_OFF, FREE_STACKS, OWNER_PID, PIPELINE, STACK_DEPTH};
+use super::{signals, FORK_OFF, FREE_STACK_DEPTH, OWNER_PID, PIPELINE, STACK_DEPTH};
 use crate::capture::{modules, python, stack};
 use crate::sys::clock;
 use crate::sys::config::{env, Config, ForkMode, Mode, StackMode};
@@ -97,7 +97,8 @@ pub(super) fn start() -> Option<&'static Pipeline> {
         StackMode::Native | StackMode::Full => cfg.stack_depth,
     };
     STACK_DEPTH.store(depth, Ordering::Relaxed);
-    FREE_STACKS.store(cfg.free_stacks, Ordering::Relaxed);
+    let free_depth = if cfg.free_stacks { depth } else { 0 };
+    FREE_STACK_DEPTH.store(free_depth, Ordering::Relaxed);
     OWNER_PID.store(ph.pid as i32, Ordering::Relaxed);
     if cfg.signals {
         signals::install();

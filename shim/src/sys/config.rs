@@ -149,7 +149,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_FREE_STACKS",
         default: "1",
-        doc: "`1`: a free (of device memory or of a tensor) records its stack, as an allocation does. `0`: frees record none (stack id 0), as PyTorch's `_record_memory_history(context='alloc')`: allocations keep theirs, so `leaks`, `peak`, `oom` and the flame graphs are the same, but a free's own stack is not shown (the torch snapshot's free entries have no frames); where allocations and frees come from many call paths, stacks cost a third to nearly a half less (BENCHMARKS.md, seventeenth).",
+        doc: "`1`: a free (of device memory or of a tensor) records its stack, as an allocation does. `0`: frees record none (stack id 0), as PyTorch's `_record_memory_history(context='alloc')`: allocations keep theirs, so `leaks`, `peak`, `oom` and the flame graphs are the same, but a free's own stack is not shown (the torch snapshot's free entries have no frames); where allocations and frees come from many call paths, stacks cost from a sixth to nearly a half less in the rounds measured (BENCHMARKS.md, seventeenth).",
     },
     Var {
         name: "GPUMEMPROF_FLUSH_MS",

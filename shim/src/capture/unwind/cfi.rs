@@ -190,7 +190,8 @@ const PT_LOAD: u32 = 1;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const PT_PHDR: u32 = 6;
 const PF_R: u32 = 4;
-/// Program headers are read only from the object's first page, always mapped.
+/// Program headers are read from the object's first page, always mapped (or, for a main
+/// program whose mapping does not start with them, where the auxiliary vector says).
 const FIRST_PAGE: u64 = 4096;
 
 impl Object {
@@ -333,13 +334,13 @@ fn main_headers(bias: u64) -> Option<(&'static [u8], u64)> {
     let end = phdrs
         .chunks_exact(56)
         .filter(|p| u32_at(p, 0) == Some(PT_LOAD))
-        .map(|p| {
+        .filter_map(|p| {
             Some(
                 bias.wrapping_add(u64_at(p, 16)?)
                     .wrapping_add(u64_at(p, 40)?),
             )
         })
-        .max()??;
+        .max()?;
     Some((phdrs, end))
 }
 
