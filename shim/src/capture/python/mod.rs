@@ -383,10 +383,12 @@ unsafe fn walk_frame_objects<const V: u32>(
         steps += 1;
         let next = rd_usize(frame, l.frame_previous);
         let code = rd_usize(frame, l.frame_code);
-        if code != 0 && rd_usize(code, l.ob_type) == interp.code_type {
+        if code != 0 {
             let lasti = rd_i32(frame, l.frame_instr) as usize;
+            // Asked only of a frame the caches do not know (see `words::word_unless`).
+            let not_code = || rd_usize(code, l.ob_type) != interp.code_type;
             let line = || (interp.frame_line)(frame as _);
-            if let Some(w) = words::word(l, caches, code, lasti, f.n, line) {
+            if let Some(w) = words::word_unless(l, caches, code, lasti, f.n, not_code, line) {
                 f.push_word(w);
                 f.end_call();
             }
@@ -417,21 +419,23 @@ unsafe fn walk_interpreter_frames<const V: u32>(
             continue;
         }
         let code = rd_usize(frame, l.frame_code);
-        if code != 0 && rd_usize(code, l.ob_type) == code_type {
+        if code != 0 {
             let start = code + l.code_adaptive as usize;
             let instr = rd_usize(frame, l.frame_instr);
-            if instr >= start {
-                let offset = (instr - start) as c_int;
-                let line = || (interp.addr2line)(code as _, offset);
-                // A frame still being set up has no line yet (CPython's
-                // _PyFrame_IsIncomplete); only complete frames are cached.
-                let incomplete = || {
-                    let first = start + 2 * rd_i32(code, l.code_firsttraceable).max(0) as usize;
-                    owner != OWNED_BY_GENERATOR && instr < first
-                };
-                if let Some(w) = words::word_unless(l, caches, code, instr, f.n, incomplete, line) {
-                    f.push_word(w);
+            let line = || (interp.addr2line)(code as _, (instr - start) as c_int);
+            // Asked only of a frame the caches do not know (`words::word_unless`): whether
+            // it is a code object at one of its own instructions, and complete (a frame
+            // still being set up has no line yet, CPython's _PyFrame_IsIncomplete; only
+            // complete frames are cached).
+            let skip = || {
+                if rd_usize(code, l.ob_type) != code_type || instr < start {
+                    return true;
                 }
+                let first = start + 2 * rd_i32(code, l.code_firsttraceable).max(0) as usize;
+                owner != OWNED_BY_GENERATOR && instr < first
+            };
+            if let Some(w) = words::word_unless(l, caches, code, instr, f.n, skip, line) {
+                f.push_word(w);
             }
         }
         if l.frame_is_entry >= 0 && rd_u8(frame, l.frame_is_entry) != 0 {

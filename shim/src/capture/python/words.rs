@@ -10,8 +10,14 @@ use super::layout::Layout;
 use super::{rd_i32, rd_usize, MAX_PY_FRAMES};
 use crate::capture::intern;
 
-/// Per-thread cache slots of (code, instruction) -> frame word (a power of two).
+/// Per-thread cache slots of (code, instruction) -> frame word (a power of two), in sets
+/// of two: with one slot a key, two (code, instruction) pairs of a training step's Python
+/// stacks that hashed alike took turns evicting each other, each turn a line lookup
+/// (`PyCode_Addr2Line`, about 1,300 instructions): from 800 to more than 3,800 in three
+/// of four runs of 140 steps of `tests/bench/torch_step.py`, fewer than 100 with two ways
+/// (BENCHMARKS.md, eighteenth).
 const SLOTS: usize = 256;
+const WAYS: usize = 2;
 
 #[derive(Clone, Copy)]
 struct Slot {
@@ -22,11 +28,11 @@ struct Slot {
     word: u64,
 }
 
-/// A thread's caches of frame words: by (code, instruction) hash, and by position in the
-/// last walk (innermost frame 0). Events made in a loop below Python meet the same Python
-/// stack every time: by position, each frame finds its own slot, where hashed slots can
-/// collide (two frames of one stack taking turns evicting each other, each event then
-/// paying for the line lookup twice).
+/// A thread's caches of frame words: by (code, instruction) hash (the most recent of a set
+/// first), and by position in the last walk (innermost frame 0). Events made in a loop
+/// below Python meet the same Python stack every time: by position, each frame finds its
+/// own slot, where hashed slots can collide (two frames of one stack taking turns evicting
+/// each other, each event then paying for the line lookup twice).
 pub struct Caches {
     hashed: [Cell<Slot>; SLOTS],
     by_position: [Cell<Slot>; MAX_PY_FRAMES],
@@ -55,30 +61,27 @@ pub fn with_caches<R>(f: impl FnOnce(&Caches) -> R) -> R {
     CACHE.with(f)
 }
 
-/// The frame word of `code` at `instr`, the frame at `position` of the walk (cached in
-/// `caches`, see `Caches`); `line` computes the line on a miss. `None` when the code
-/// cannot be interned.
-///
-/// # Safety
-/// `code` is a live code object of the interpreter `l` describes.
+/// The set of the hashed cache that (code, instruction) pair `(code, instr)` is kept in.
 #[inline(always)]
-pub unsafe fn word(
-    l: &Layout,
-    caches: &Caches,
-    code: usize,
-    instr: usize,
-    position: usize,
-    line: impl FnOnce() -> c_int,
-) -> Option<u64> {
-    word_unless(l, caches, code, instr, position, || false, line)
+fn set_of(code: usize, instr: usize) -> usize {
+    let h = (code ^ instr.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 56) & (SLOTS / WAYS - 1)
 }
 
-/// `word`, or `None` without a lookup when `skip` says so on a cache miss (a frame met
-/// before at this instruction was complete then, and is now: `skip` is only asked of
-/// frames not cached).
+/// The frame word of `code` at `instr`, the frame at `position` of the walk (cached in
+/// `caches`, see `Caches`); on a miss, `None` without a lookup when `skip` says so, else
+/// `line` computes the line. `None` also when the code cannot be interned.
+///
+/// `skip` checks what a frame met before needs no check of again: that `code` is a code
+/// object (its type, on a line of the object apart from its names) at one of its own
+/// instructions, and that the frame is complete. A frame cached is a code object that
+/// passed them at `instr`, and the names compared tell it from another code object made
+/// at its address since (a real step's captures read one line of each code object of
+/// their Python stack instead of two).
 ///
 /// # Safety
-/// As `word`.
+/// `code` is the code (or, on 3.13, possibly `None`) a live frame of the interpreter `l`
+/// describes holds: a live object, its names' offsets readable.
 #[inline(always)]
 pub unsafe fn word_unless(
     l: &Layout,
@@ -100,10 +103,8 @@ pub unsafe fn word_unless(
             return Some(s.word);
         }
     }
-    let h = (code ^ instr.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let slot = (h >> 56) & (SLOTS - 1);
-    let hashed = caches.hashed[slot].get();
-    if same(hashed) {
+    let set = &caches.hashed[set_of(code, instr) * WAYS..][..WAYS];
+    if let Some(hashed) = set.iter().map(Cell::get).find(|&s| same(s)) {
         if let Some(p) = by_position {
             p.set(hashed);
         }
@@ -122,7 +123,10 @@ pub unsafe fn word_unless(
         names,
         word: w,
     };
-    caches.hashed[slot].set(new);
+    for w in (1..WAYS).rev() {
+        set[w].set(set[w - 1].get());
+    }
+    set[0].set(new);
     if let Some(p) = by_position {
         p.set(new);
     }
@@ -160,4 +164,61 @@ unsafe fn py_str(l: &Layout, obj: usize) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::python::layout;
+
+    /// Three frames whose (code, instruction) pairs share a set of the hashed cache, asked
+    /// past the positions the by-position cache keeps: two of them asked in turn look
+    /// their lines up once each (with one slot a key, every turn would), and a third
+    /// evicts the one stored first.
+    #[test]
+    fn two_frames_of_one_set_in_turn_look_their_lines_up_once_and_a_third_evicts_the_first() {
+        let l = layout::layout_of(311);
+        // A code object's bytes: no names (0, read as "?"), first line 0.
+        let code_obj = vec![0u8; 512];
+        let code = code_obj.as_ptr() as usize;
+        let a = code + 256;
+        let mut same_set = (a + 2..a + 4096)
+            .step_by(2)
+            .filter(|&i| set_of(code, i) == set_of(code, a));
+        let (b, c) = (same_set.next().unwrap(), same_set.next().unwrap());
+        let caches = Caches {
+            hashed: [const { Cell::new(EMPTY_SLOT) }; SLOTS],
+            by_position: [const { Cell::new(EMPTY_SLOT) }; MAX_PY_FRAMES],
+        };
+        let (lookups, checks) = (Cell::new(0), Cell::new(0));
+        // What `skip` checks (a code object's type, its instruction) is asked of frames
+        // the caches do not know only: on a hit the code object's type is not read.
+        let skip = || {
+            checks.set(checks.get() + 1);
+            false
+        };
+        let ask = |instr: usize| {
+            let line = || {
+                lookups.set(lookups.get() + 1);
+                (instr - a) as c_int
+            };
+            // SAFETY: `code` is readable at every offset the layout names.
+            unsafe { word_unless(&l, &caches, code, instr, MAX_PY_FRAMES, skip, line) }
+        };
+        let (wa, wb) = (ask(a).unwrap(), ask(b).unwrap());
+        assert_ne!(wa, wb);
+        assert_eq!(lookups.get(), 2);
+        for _ in 0..10 {
+            assert_eq!((ask(a), ask(b)), (Some(wa), Some(wb)));
+        }
+        assert_eq!(lookups.get(), 2);
+        // `a` was asked before `b`: `c` takes its way.
+        ask(c).unwrap();
+        assert_eq!(lookups.get(), 3);
+        assert_eq!(ask(b), Some(wb));
+        assert_eq!(lookups.get(), 3);
+        assert_eq!(ask(a), Some(wa));
+        assert_eq!(lookups.get(), 4);
+        assert_eq!(checks.get(), 4);
+    }
 }
