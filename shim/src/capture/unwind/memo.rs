@@ -42,6 +42,16 @@ pub const SLOTS: usize = 2;
 pub const COLD: u8 = 8;
 pub const RETRY: u64 = 64;
 
+/// The offset in words of `addr` from `sp`, if it is a whole number of words at or above
+/// `sp` that a `u16` holds: how a first-state entry and a shape keep the addresses a walk
+/// from `sp` read (every one lies at or above it).
+#[inline(always)]
+pub fn offset(sp: u64, addr: u64) -> Option<u16> {
+    // Below `sp`, the difference wraps past the largest offset.
+    let d = addr.wrapping_sub(sp);
+    (d.is_multiple_of(8) && d <= 8 * u16::MAX as u64).then_some((d / 8) as u16)
+}
+
 /// One remembered walk (thread-local, const-initialised, no Drop).
 pub struct Memo {
     /// The rules' epoch it was walked in; 0: empty.

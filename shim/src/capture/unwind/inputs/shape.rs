@@ -43,14 +43,7 @@ pub(super) struct Shape {
     pub(super) offs: [u16; WORDS],
 }
 
-/// The offset in words of `addr` from `sp`, if it is a whole number of words at or above
-/// `sp` that a `u16` holds.
-#[inline(always)]
-pub(super) fn offset(sp: u64, addr: u64) -> Option<u16> {
-    // Below `sp`, the difference wraps past the largest offset.
-    let d = addr.wrapping_sub(sp);
-    (d.is_multiple_of(8) && d <= 8 * u16::MAX as u64).then_some((d / 8) as u16)
-}
+pub(super) use memo::offset;
 
 /// The key of a walk of the shape tagged `tag` that read `items`, the value of each
 /// `value(item)`, with `with` merged and the rbp `bp` (0 where no rule reads it).
