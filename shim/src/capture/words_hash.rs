@@ -64,15 +64,20 @@ pub fn hash_words<T>(seeds: [u64; 4], items: &[T], value: impl Fn(&T) -> u64) ->
     for block in items.chunks(KEYS) {
         // Two sums, so the additions do not wait on each other either.
         let (mut s0, mut s1) = (0u128, 0u128);
-        let mut quads = block.chunks_exact(4);
-        for (c, k) in (&mut quads).zip(NH_KEYS.chunks_exact(4)) {
+        // The quads zipped by value, not through `&mut ChunksExact`: a zip of two
+        // `ChunksExact` counts one index to the shorter's length, where the other zip
+        // stepped both iterators and tested both ends, and whether the compiler saw
+        // through it changed with unrelated code elsewhere in the crate (a build that
+        // did not took 27 instructions a quad where 19 do, a sixth more for
+        // `Inputs::lookup` on `varied_sites 256`; BENCHMARKS.md, eighteenth).
+        let (quads, rest) = block.split_at(block.len() / 4 * 4);
+        for (c, k) in quads.chunks_exact(4).zip(NH_KEYS.chunks_exact(4)) {
             s0 = s0.wrapping_add(nh(value(&c[0]), k[0], value(&c[1]), k[1]));
             s1 = s1.wrapping_add(nh(value(&c[2]), k[2], value(&c[3]), k[3]));
         }
         // The last one to three items, the keys after the quads' (a block has at most
         // `KEYS` items, a multiple of four, so they are there).
-        let rest = quads.remainder();
-        let k = &NH_KEYS[block.len() - rest.len()..];
+        let k = &NH_KEYS[quads.len()..];
         for (pair, k) in rest.chunks(2).zip(k.chunks_exact(2)) {
             let b = pair.get(1).map_or(0, &value);
             s0 = s0.wrapping_add(nh(value(&pair[0]), k[0], b, k[1]));
