@@ -76,8 +76,8 @@ fn set_of(code: usize, instr: usize) -> usize {
 /// object (its type, on a line of the object apart from its names) at one of its own
 /// instructions, and that the frame is complete. A frame cached is a code object that
 /// passed them at `instr`, and the names compared tell it from another code object made
-/// at its address since (a real step's captures read one line of each code object of
-/// their Python stack instead of two).
+/// at its address since: a frame met again reads the line of its code object that holds
+/// the names, not also the one that holds the type (BENCHMARKS.md, eighteenth).
 ///
 /// # Safety
 /// `code` is the code (or, on 3.13, possibly `None`) a live frame of the interpreter `l`

@@ -62,8 +62,8 @@ struct Entry {
     n_words: u32,
     /// The walk read `vals[i]` at `sp + 8 * offs[i]`, i-th: ten bytes a word where an
     /// address and its word took sixteen, so that a lookup reads 37% fewer cache lines of
-    /// them (on a real PyTorch step the entries' lines were most of the captures' misses
-    /// in the first cache level; BENCHMARKS.md, eighteenth).
+    /// them (on a real PyTorch step the entries' lines were about half the captures'
+    /// misses in the first cache level; BENCHMARKS.md, eighteenth).
     offs: [u16; WORDS],
     vals: [u64; WORDS],
     frames: [u64; FRAMES],
