@@ -266,6 +266,31 @@ fn peak_merges_the_sites_at_each_ranks_peak_and_summary_has_none() {
     assert_eq!(s["highest"]["rank"], 2);
 }
 
+/// Forked workers of one rank, whose files' names sort `job.1002` before `job.999`: the
+/// traces are listed by pid within their rank, rows and names alike.
+#[test]
+fn traces_of_one_rank_are_listed_by_pid_not_by_file_name() {
+    let dir = TempDir::new("ranks", "bypid");
+    for pid in [1002, 999, 1005] {
+        write_trace(
+            dir.join(format!("job.{pid}.trace")),
+            &header(Some("0"), pid, "h"),
+            &rank_records(0, true),
+        );
+    }
+    let v = json_of(&["summary", p(&dir)], 0, "ranks");
+    let pids: Vec<Value> = (0..3)
+        .map(|i| v["traces"][i]["trace"]["pid"].clone())
+        .collect();
+    assert_eq!(pids, [json!(999), json!(1002), json!(1005)]);
+    let out = gpumemprof(&["summary", p(&dir)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.starts_with("3 traces (pids 999, 1002, 1005)\n"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_trace_without_a_rank_sorts_last_with_rank_null() {
     let dir = TempDir::new("ranks", "norank");

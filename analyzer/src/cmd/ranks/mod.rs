@@ -5,7 +5,7 @@
 //! call sites of all ranks merged.
 //!
 //! ```text
-//!   paths / DIR --collect--> files --headers--> sorted by (rank, path)
+//!   paths / DIR --collect--> files --headers--> sorted by (rank, pid, path)
 //!        for each file: replay -> RankRow + its sites merged into `Merged` -> drop the replay
 //! ```
 //!
@@ -65,7 +65,7 @@ pub struct Options {
 pub struct RanksReport {
     pub schema_version: u32,
     pub command: Which,
-    /// One per trace, sorted by rank (traces without one last), then path.
+    /// One per trace, sorted by rank (traces without one last), then pid, then path.
     pub traces: Vec<RankRow>,
     /// The trace whose peak was highest (the first of equals), against the median: PyTorch's
     /// allocated peak when every trace has tensors, else the peak of all memory.
@@ -253,12 +253,16 @@ fn starts_with_magic(path: &Path) -> bool {
 pub struct Entry {
     pub path: PathBuf,
     pub rank: Option<u64>,
+    /// The process's pid, from the header.
+    pub pid: Option<u64>,
 }
 
 /// Reads each header (not the events) and sorts by rank, traces without one last, then
-/// path. A file named on the command line that is not a trace fails here, before anything
-/// is replayed; one found in a directory whose header cannot be read (an empty file: a
-/// process that died before writing it) is skipped with a warning, unless none is left.
+/// pid (forked workers of one rank in the order they were made, where their files' names
+/// put `job.1002.trace` before `job.999.trace`), then path. A file named on the command
+/// line that is not a trace fails here, before anything is replayed; one found in a
+/// directory whose header cannot be read (an empty file: a process that died before
+/// writing it) is skipped with a warning, unless none is left.
 pub fn sorted(files: Vec<(PathBuf, bool)>) -> Result<Vec<Entry>, Error> {
     let mut entries = Vec::with_capacity(files.len());
     let mut skipped: Option<Error> = None;
@@ -278,14 +282,17 @@ pub fn sorted(files: Vec<(PathBuf, bool)>) -> Result<Vec<Entry>, Error> {
             Err(e) => return Err(crate::input::read_error(&path, e)),
         };
         let rank = rank_of(reader.header());
-        entries.push(Entry { path, rank });
+        let pid = reader
+            .header()
+            .get("pid")
+            .and_then(serde_json::Value::as_u64);
+        entries.push(Entry { path, rank, pid });
     }
     if let (true, Some(e)) = (entries.is_empty(), skipped) {
         return Err(e);
     }
-    entries.sort_by(|a, b| {
-        (a.rank.is_none(), a.rank, &a.path).cmp(&(b.rank.is_none(), b.rank, &b.path))
-    });
+    let key = |e: &Entry| (e.rank.is_none(), e.rank, e.pid.is_none(), e.pid);
+    entries.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.path.cmp(&b.path)));
     Ok(entries)
 }
 

@@ -42,9 +42,8 @@ impl Names {
         }
     }
 
-    /// Traces `indexes`: `ranks 0-3, 5`, else `pids 11, 12, 13, ... and 198 more`, each in
-    /// ascending order (a process without a pid last): the traces come in their files'
-    /// order, where `job.1002.trace` comes before `job.999.trace`.
+    /// Traces `indexes` (in report order): `ranks 0-3, 5`, else `pids 11, 12, 13, ... and
+    /// 198 more`.
     pub fn list(&self, indexes: &[usize]) -> String {
         if self.by_rank {
             let mut ranks: Vec<u64> = indexes.iter().filter_map(|&i| self.ranks[i]).collect();
@@ -52,11 +51,9 @@ impl Names {
             let word = if ranks.len() == 1 { "rank" } else { "ranks" };
             return format!("{word} {}", ranges(&ranks));
         }
-        let mut pids: Vec<Option<u64>> = indexes.iter().map(|&i| self.pids[i]).collect();
-        pids.sort_unstable_by_key(|p| (p.is_none(), *p));
-        let pids: Vec<String> = pids
+        let pids: Vec<String> = indexes
             .iter()
-            .map(|p| p.map_or_else(|| "?".to_string(), |p| p.to_string()))
+            .map(|&i| self.pids[i].map_or_else(|| "?".to_string(), |p| p.to_string()))
             .collect();
         let word = if pids.len() == 1 { "pid" } else { "pids" };
         format!("{word} {}", shortened(&pids))
@@ -287,20 +284,5 @@ mod tests {
             shortened(&pids),
             "100, 101, 102, 103, 104, 105, 106, 107, ... and 193 more"
         );
-    }
-
-    /// Forked workers' traces in their files' order (`job.1002.trace` before
-    /// `job.999.trace`, then one without a pid): listed by ascending pid, the one without
-    /// last.
-    #[test]
-    fn pids_are_listed_in_ascending_order_whatever_the_files_order() {
-        let names = Names {
-            by_rank: false,
-            ranks: vec![Some(0); 4],
-            pids: vec![Some(1002), None, Some(1005), Some(999)],
-        };
-        assert_eq!(names.list(&[0, 1, 2, 3]), "pids 999, 1002, 1005, ?");
-        assert_eq!(names.list(&[2, 3]), "pids 999, 1005");
-        assert_eq!(names.one(0), "pid 1002 of rank 0");
     }
 }
