@@ -325,19 +325,7 @@ mod tests {
             epoch: 1,
             skip: (0, 0),
         };
-        let record = |read: &[(u64, u64)]| {
-            let mut rec = memo::Record::new();
-            rec.state(memo::State {
-                sp,
-                bp: 0,
-                ra: 0x40_1001,
-                in_program: true,
-            });
-            for &(a, v) in read {
-                rec.word(a, v);
-            }
-            rec
-        };
+        let record = |read: &[(u64, u64)]| memo::Record::of_words(sp, read);
         // Six words: a group of four and a rest of two.
         let read: Vec<(u64, u64)> = [0u64, 1, 3, 4, 9, 15]
             .iter()

@@ -536,6 +536,25 @@ fn take_all<T: Copy>(dst: &mut [MaybeUninit<T>], src: &[Cell<T>]) {
 }
 
 #[cfg(test)]
+impl Record {
+    /// A walk from `sp` that stopped at its first state, having read the words `read`
+    /// ((address, value) pairs in order): what a shape or a first-state entry is made from.
+    pub fn of_words(sp: u64, read: &[(u64, u64)]) -> Record {
+        let mut rec = Record::new();
+        rec.state(State {
+            sp,
+            bp: 0,
+            ra: 0x40_1001,
+            in_program: true,
+        });
+        for &(a, v) in read {
+            rec.word(a, v);
+        }
+        rec
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -121,18 +121,11 @@ impl Stack {
     /// first, as the program left them.
     fn walk(&mut self, read: &[(usize, u64)]) -> memo::Record {
         let sp = self.start().sp;
-        let mut rec = memo::Record::new();
-        rec.state(memo::State {
-            sp,
-            bp: 0,
-            ra: 0x40_1001,
-            in_program: true,
-        });
         for &(o, v) in read {
             self.words[o] = v;
-            rec.word(sp + 8 * o as u64, v);
         }
-        rec
+        let words: Vec<(u64, u64)> = read.iter().map(|&(o, v)| (sp + 8 * o as u64, v)).collect();
+        memo::Record::of_words(sp, &words)
     }
 }
 
