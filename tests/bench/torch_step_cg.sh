@@ -13,7 +13,7 @@
 #   STACKS=full|native|off  (default full: native and Python frames)
 #   KEEP=1                  keeps the callgrind files (printed: the folder) for callgrind_annotate
 # Needs valgrind, the torch package the tests install (cargo test --test e2e_torch_train) and
-# a release shim. About 8 minutes on 2 cores (the two runs side by side).
+# a release shim. About 7 minutes on 2 cores (the two runs side by side).
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 so=$(realpath "$1"); a=${2:-20}; b=${3:-60}
