@@ -126,7 +126,7 @@ fn a_main_program_whose_segments_leave_a_gap_is_unwound_by_the_fast_path() {
     // Its text starts 64 KiB in, past unmapped pages: `_dl_find_object` reports the text
     // segment alone, whose first page is code, not the ELF header. Every stack goes
     // through 10 frames of the program's own code, each found by its rules (none left to
-    // libgcc), and names recurse() ten times.
+    // libgcc, the same frames as libgcc's), and is at least 10 frames deep.
     let elf = std::fs::read(program("unwind_gap")).expect("unwind_gap built");
     assert_eq!(load_addresses(&elf)[..2], [0, 0x10000]);
     let records = assert_same_frames("unwind_gap", &["8", "20"], 40);

@@ -194,7 +194,7 @@ impl Cache {
             .expect("a set has entries");
         for ((o, v), &(a, w)) in e.offs.iter_mut().zip(&mut e.vals).zip(words) {
             // A word 512 KiB or more above the start: the walk is not kept (the entry
-            // stays empty).
+            // chosen for it is left empty).
             let Some(off) = memo::offset(s.sp, a) else {
                 e.epoch = 0;
                 return;

@@ -41,7 +41,8 @@ use super::pool::Pool;
 use std::mem::MaybeUninit;
 
 use crate::sys::{pages, prefetch};
-use shape::{key, offset, Shape, WORDS};
+use memo::offset;
+use shape::{key, Shape, WORDS};
 
 mod shape;
 #[cfg(test)]

@@ -43,8 +43,6 @@ pub(super) struct Shape {
     pub(super) offs: [u16; WORDS],
 }
 
-pub(super) use memo::offset;
-
 /// The key of a walk of the shape tagged `tag` that read `items`, the value of each
 /// `value(item)`, with `with` merged and the rbp `bp` (0 where no rule reads it).
 #[inline(always)]
@@ -131,6 +129,7 @@ impl Shape {
             sp.add(o as usize).read()
         })
     }
+
     /// Makes this the shape of a walk from `s` (output room `room`, stack top `top`) that
     /// read `vals` at `offs`, with fork `fork` (see `fork_among`; 0: none).
     #[allow(clippy::too_many_arguments)]

@@ -1,6 +1,6 @@
 //! The table of keys and the shapes of `inputs.rs`, one by one.
 
-use super::shape::offset;
+use super::super::memo::offset;
 use super::*;
 
 /// A block with no table, whatever another test left in the pool.
