@@ -188,6 +188,56 @@ fn the_suite_scripts_parse_and_the_cuda_sources_are_valid_cxx() {
     }
 }
 
+/// `python3 tests/gpu/names.py FILES...`.
+fn undefined_names(files: &[PathBuf]) -> Output {
+    Command::new("python3")
+        .arg(gpu_dir().join("names.py"))
+        .args(files)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python3")
+}
+
+/// Most of the suite runs only on a GPU, so a name it reads but never defines would show
+/// only there (the CuPy rule once read JAX's `leak_line`): every script of the suite and of
+/// tests/bench (torch_step.py runs on a GPU too) defines every name it reads, and the
+/// checker finds a planted one, at the line of the scope that reads it.
+#[test]
+fn the_suite_scripts_read_no_name_they_never_define() {
+    let mut files = python_files();
+    let bench = repo_root().join("tests/bench/torch_step.py");
+    files.push(bench);
+    let out = undefined_names(&files);
+    assert!(out.status.success(), "names.py:\n{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+
+    let planted = scratch("gpu_suite_names").join("planted.py");
+    std::fs::write(
+        &planted,
+        "import os\n\
+         \n\
+         def rule(groups):\n\
+         \x20   line = 3\n\
+         \x20   return sum(g for g in groups if g == leak_line) + line + len(os.sep)\n\
+         \n\
+         def other():\n\
+         \x20   global kept\n\
+         \x20   kept = 1\n\
+         \n\
+         print(rule([]), kept, __file__)\n",
+    )
+    .expect("write the planted script");
+    let out = undefined_names(std::slice::from_ref(&planted));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "{}:5: leak_line, read in genexpr, is never defined\n",
+            planted.display()
+        )
+    );
+}
+
 /// The rows the CUDA C programs must produce for one build on the simulated 16 GiB device.
 fn cuda_rows(build: &str) -> Vec<(String, String, String)> {
     let leak = |m: &str| source_line_of("tests/gpu/cuda/leak.cu", m);

@@ -6,7 +6,7 @@
 # run after run in turn so that drift hits all alike. Prints each mode's median ns per step and
 # its cost per tensor over the plain step: the difference of the medians, and the median of
 # each run's difference from the plain run made just before it, divided by the tensors a step
-# allocates.
+# allocates. Each run's figure goes to stderr as it is made, so a run cut short keeps them.
 #
 # usage: tests/bench/torch_step.sh [RUNS [STEPS]]   (defaults: 7 200)
 #   SHIM=path.so     the shim to measure (default: the newest release build)
@@ -14,17 +14,24 @@
 #                    (an older build, to compare in the same runs)
 #   MODES="none full ..."  only these modes, none among them (the baseline): fewer modes,
 #                    more runs in the same time
+#   REAL_GPU=1       the python3 on PATH with its own torch and a real GPU (the device tool's
+#                    machines), not the simulated one
 # Needs the torch package the tests install (cargo test --test e2e_torch_train, or the README's
-# test command) and a release shim (cargo build --release -p gpumemprof-shim).
+# test command), or REAL_GPU=1, and a release shim (cargo build --release -p gpumemprof-shim).
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-7}; steps=${2:-200}
-site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
-lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+if [ "${REAL_GPU:-0}" = 1 ]; then
+  sim=()
+else
+  site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
+  lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+  sim=(PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824)
+fi
 shim=${SHIM:-$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)}
 trace=$(mktemp -u /tmp/gpumemprof-step.XXXXXX.trace)
 all="none off native full torch_python torch_all"
-[ -n "$BEFORE" ] && all="none off native before_full full torch_python torch_all"
+[ -n "${BEFORE:-}" ] && all="none off native before_full full torch_python torch_all"
 modes=${MODES:-$all}
 declare -A res
 tensors=
@@ -37,13 +44,14 @@ for r in $(seq "$runs"); do
       torch_python) rec=python ;;
       torch_all) rec=all ;;
     esac
-    out=$(env PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824 \
+    out=$(env "${sim[@]}" \
       GPUMEMPROF_OUTPUT="$trace" GPUMEMPROF_QUIET=1 GPUMEMPROF_NVML_MS=0 GPUMEMPROF_STACKS=$stacks \
       "${pre[@]}" python3 "$root/tests/bench/torch_step.py" "$steps" "$rec" 2>/dev/null)
     rm -f "$trace"
     ns=$(echo "$out" | sed -n 's/^ns_per_step=//p')
     tensors=$(echo "$out" | sed -n 's/^tensors_per_step=//p')
     res[$mode]+=" $ns"
+    echo "run $r $mode ns_per_step=$ns tensors_per_step=$tensors" >&2
   done
 done
 echo "tensors per step: $tensors"

@@ -274,11 +274,16 @@ def jax_checks(tools):
     return rows
 
 
+# CuPy's memory pool rounds each request up to a multiple of 512 bytes.
+CUPY_ROUNDING = 512
+
+
 def cupy_checks(tools):
     version, why = probe(tools, "cupy")
     if why:
         return [skip("cupy_%s" % m, why) for m in ("pool", "nopool")]
     rows = []
+    leak_line = marker_line(os.path.join(HERE, "cupy_alloc.py"), "GPUMEMPROF-CUPY-LEAK")
     for mode in ("pool", "nopool"):
         log("CuPy %s, mode %s" % (version, mode))
         report, trace, why_run = run_script(tools, "cupy_alloc.py", "cupy-" + mode,
@@ -290,13 +295,11 @@ def cupy_checks(tools):
         try:
             leaks = tools.report("leaks", trace, "--top", "0", "--frames", "0")
             summary = tools.report("summary", trace)
-            # JAX 0.11's platform allocator maps each buffer with the driver's VMM calls,
-            # rounded up to their 2 MiB granularity (seen on an H100: 4 MiB for 3 MiB + 12 KiB).
-            # The marked line only: JAX may free an array it dropped after the program's
-            # last line (seen: one of the 4 MiB arrays the script drops, live at exit).
+            # The arrays made at the marked line, in blocks of their size: CuPy rounds a
+            # request up to 512 bytes, and the kept size is a multiple of 512.
             count = sum(g["count"] for g in leaks["groups"] if g["kind"] == "device"
-                        and extract.line_of(g, "jax_alloc.py") == leak_line
-                        and extract.of_blocks_of(g, report["bytes_each"], VMM_GRANULARITY))
+                        and extract.line_of(g, "cupy_alloc.py") == leak_line
+                        and extract.of_blocks_of(g, report["bytes_each"], CUPY_ROUNDING))
             measured = {"leak_count": count,
                         "live": extract.device_row(summary)["live_bytes_at_end"]}
             rows.extend(compare.cupy_rows("cupy_", mode, report, measured))
