@@ -60,8 +60,9 @@ pub fn shim_anchor() -> u64 {
 /// (`unwind::capture_memo`): the caller may then note the stack id it interns them as for
 /// that memo; and the id noted for them with `with` merged in (`unwind::capture_noted`),
 /// if any: then `out` is not written. `found` is told the frames of a walk before it is
-/// stored (`unwind::Found`).
-#[inline(never)]
+/// stored (`unwind::Found`). Inlined into its two callers: a call of its own began one more
+/// instruction line on every capture (BENCHMARKS.md, twentieth).
+#[inline(always)]
 pub fn capture_memo(
     out: &mut [MaybeUninit<u64>],
     with: Option<u64>,
@@ -162,6 +163,8 @@ mod check {
     /// Differences printed in full at most (the count goes on).
     const PRINTED: u64 = 3;
 
+    #[cold]
+    #[inline(never)]
     pub fn capture_both(out: &mut [MaybeUninit<u64>], lo: u64, hi: u64) -> usize {
         let mut fast = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
         let len = out.len().min(MAX_STACK_DEPTH);

@@ -78,6 +78,9 @@ pub fn find_local(name: &CStr) -> *mut c_void {
 /// `RTLD_NEXT` cannot see (loaded with `RTLD_LOCAL`, as Python loads PyTorch's and
 /// TensorFlow's extension modules and everything they link); found once, `slot` keeps the
 /// answer (`ABSENT` when there is none). `None` if there is none.
+/// Inlined into each hook: once found, a load and a test (out of line, the lookup took four
+/// instruction lines of its own on every call; BENCHMARKS.md, twentieth).
+#[inline(always)]
 pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void> {
     let p = slot.load(Ordering::Acquire);
     if p == ABSENT {
@@ -86,6 +89,13 @@ pub fn next_cached(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void>
     if !p.is_null() {
         return Some(p);
     }
+    find_next(slot, name)
+}
+
+/// `next_cached`'s first call for `slot`.
+#[cold]
+#[inline(never)]
+fn find_next(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void> {
     let p = next_definition(name);
     slot.store(if p.is_null() { ABSENT } else { p }, Ordering::Release);
     (!p.is_null()).then_some(p)

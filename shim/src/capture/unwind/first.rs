@@ -117,8 +117,8 @@ pub struct Start {
 impl Cache {
     /// The frames of the walk from `s`, if an entry of its set is that walk's and every
     /// word it read still holds its value: copied to `out` (not if the entry has a stack
-    /// id noted for them with `with` merged: the caller takes it); their count and the
-    /// entry.
+    /// id noted for them with `with` merged: that id is given, and the caller takes it);
+    /// their count, the entry and the id.
     ///
     /// # Safety
     /// The cache is this thread's, and `s.sp..top` its readable stack.
@@ -128,7 +128,7 @@ impl Cache {
         s: Start,
         out: &mut [MaybeUninit<u64>],
         with: Option<u64>,
-    ) -> Option<(usize, usize)> {
+    ) -> Option<(usize, usize, Option<u32>)> {
         self.clock += 1;
         let now = self.clock;
         self.tries += 1;
@@ -146,10 +146,10 @@ impl Cache {
         let first = ways.start;
         for (i, e) in self.entries[ways].iter_mut().enumerate() {
             // SAFETY: as this function's.
-            if let Some(n) = unsafe { e.meets(s, out, with) } {
+            if let Some((n, id)) = unsafe { e.meets(s, out, with) } {
                 e.used = now;
                 self.hits += 1;
-                return Some((n, first + i));
+                return Some((n, first + i, id));
             }
         }
         None
@@ -164,11 +164,6 @@ impl Cache {
         }
         self.off -= 1;
         false
-    }
-
-    /// The stack id noted for entry `i` with `frames` frames and `with`, if any.
-    pub fn stack_id(&self, i: usize, frames: usize, with: u64) -> Option<u32> {
-        self.entries.get(i)?.stack.id(frames, with)
     }
 
     /// Notes the id entry `i`'s frames (`frames` of them), with `with`, were interned as.
@@ -237,7 +232,7 @@ impl Entry {
         s: Start,
         out: &mut [MaybeUninit<u64>],
         with: Option<u64>,
-    ) -> Option<usize> {
+    ) -> Option<(usize, Option<u32>)> {
         if self.epoch != s.epoch
             || self.sp != s.sp
             || self.ip != s.ip
@@ -270,13 +265,13 @@ impl Entry {
             return None;
         }
         let n = self.n as usize;
-        if with.is_some_and(|w| self.stack.id(n, w).is_some()) {
-            return Some(n);
+        if let Some(id) = with.and_then(|w| self.stack.id(n, w)) {
+            return Some((n, Some(id)));
         }
         for (o, f) in out[..n].iter_mut().zip(&self.frames[..n]) {
             *o = MaybeUninit::new(*f);
         }
-        Some(n)
+        Some((n, None))
     }
 }
 
@@ -340,7 +335,7 @@ mod tests {
         // SAFETY: every word the entry compares lies in `stack`.
         let mut lookup = |stack: &[u64; 16]| {
             std::hint::black_box(stack);
-            unsafe { c.lookup(s, &mut out, None) }.map(|(n, _)| n)
+            unsafe { c.lookup(s, &mut out, None) }.map(|(n, _, _)| n)
         };
         assert_eq!(lookup(&stack), Some(2));
         for o in [15, 1] {

@@ -269,15 +269,10 @@ pub fn capture_noted(
             let n = walk(
                 out, start, top, &t.memos, &mut met, from, cache, inputs, with, found,
             )?;
+            // A first-state cache entry met gives its noted id itself (`met.id`).
             let id = match (met.hit, with) {
                 _ if met.id.is_some() => met.id,
-                (Some(slot), Some(w)) => match slot.checked_sub(memo::SLOTS) {
-                    None => t.memos.slots[slot].stack_id(n, w),
-                    // SAFETY: this thread's own cache, as above.
-                    Some(i) => {
-                        unsafe { t.first_cache_now().as_ref() }.and_then(|c| c.stack_id(i, n, w))
-                    }
-                },
+                (Some(slot), Some(w)) if slot < memo::SLOTS => t.memos.slots[slot].stack_id(n, w),
                 _ => None,
             };
             Some(Captured::new(n, met.hit, id).pending(met.pending))
@@ -303,7 +298,9 @@ struct Met {
     /// The memo slot met at the walk's first state (the whole output copied from it), or
     /// `memo::SLOTS` + the first-state cache entry it came from.
     hit: Option<usize>,
-    /// The stack id a walk of the same inputs was noted with (`inputs.rs`): no frames.
+    /// The stack id noted for the frames, with what the caller merges: a walk of the same
+    /// inputs was noted with it (`inputs.rs`), or the first-state cache entry met (`hit`)
+    /// was. No frames are copied.
     id: Option<u32>,
     /// The walk was kept by its inputs and waits for its id (`note_walked_id`).
     pending: bool,
@@ -473,8 +470,9 @@ fn walk(
             // the stack id noted for it): the first-state cache may hold this call path.
             if let Some(c) = keep.as_deref_mut() {
                 // SAFETY: this thread's cache; `lo..top` is its stack.
-                if let Some((total, entry)) = unsafe { c.lookup(from, out, with) } {
+                if let Some((total, entry, id)) = unsafe { c.lookup(from, out, with) } {
                     met.hit = Some(memo::SLOTS + entry);
+                    met.id = id;
                     return Some(total);
                 }
             }
