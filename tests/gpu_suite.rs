@@ -422,6 +422,14 @@ fn the_simulated_suite_measures_the_programs_exactly_and_skips_the_frameworks() 
             "{name}"
         );
     }
+    // An overhead inside the plain runs' own spread is not held to the budget.
+    let noisy = &map["canned_torch_async_overhead"].reason;
+    assert!(
+        noisy.starts_with(
+            "the runs without the shim spread by 40.7%, more than the budget: not resolved; "
+        ),
+        "{noisy}"
+    );
     let counted = want.len() + 2 + frameworks.len() + canned.len();
     assert_eq!(
         all.len(),
@@ -477,11 +485,12 @@ fn canned_rows() -> Vec<(&'static str, String, String, &'static str)> {
         same("canned_torch_async_leak", "5x3149312"),
         same("canned_torch_async_leak_site", &leak),
         same("canned_torch_async_loss_curve", curve),
+        // The H100's async runs of 2026-11-26: the runs without the shim spread by 40.7%.
         (
             "canned_torch_async_overhead",
             "<=10%".into(),
-            "+1.8%".into(),
-            "PASS",
+            "-21.4%".into(),
+            "SKIP",
         ),
         same(
             "canned_torch_async_oom_request",

@@ -20,7 +20,7 @@ import hashlib
 import re
 import statistics
 
-from harness import FAIL, PASS, Check, at_least, equal, fail, skip
+from harness import FAIL, PASS, SKIP, Check, at_least, equal, fail, skip
 
 MIB = 1 << 20
 EXPANDABLE_PAGE = 20 * MIB  # kLargeBuffer: the large pool's page with expandable segments
@@ -186,19 +186,43 @@ def torch_train(prefix, mode, plain, profiled, measured, leak_line, budget_pct):
     # turn, `run_medians_ms`), else of the one run of each.
     runs_without = plain.get("run_medians_ms") or [median_ms(plain["step_seconds"])]
     runs_with = profiled.get("run_medians_ms") or [median_ms(profiled["step_seconds"])]
+    check, overhead = overhead_check(name + "overhead", runs_without, runs_with,
+                                     len(profiled["step_seconds"]), budget_pct)
+    rows.append(check)
+    overhead["mode"] = mode
+    return rows, overhead
+
+
+def overhead_check(name, runs_without, runs_with, steps, budget_pct):
+    """The step-time overhead: the median of the runs' median steps with the shim against
+    without, held to `budget_pct` only where the runs without the shim agree within it. One
+    run's median step moved by up to 30% from one process to the next on an H100
+    (2026-11-26), and the plain runs of tests/bench/torch_step.py spread by 17% on an H200
+    (2026-11-27): a difference inside such a spread, either way, says nothing of the shim, so
+    the check SKIPs with the figures (one run each: no spread known). Returns (check, the
+    overhead table's row, less its mode)."""
     without, with_shim = statistics.median(runs_without), statistics.median(runs_with)
     pct = (with_shim / without - 1.0) * 100.0 if without else float("inf")
-    rows.append(Check(name + "overhead", "<=%g%%" % budget_pct, "%+.1f%%" % pct,
-                      PASS if pct <= budget_pct else FAIL,
-                      "median step %.3f ms without, %.3f ms with the shim, %d steps each, "
-                      "median of %d runs each (per run: %s without, %s with)"
-                      % (without, with_shim, len(profiled["step_seconds"]), len(runs_with),
-                         "/".join("%.3f" % m for m in runs_without),
-                         "/".join("%.3f" % m for m in runs_with))))
-    overhead = {"mode": mode, "steps": len(profiled["step_seconds"]), "runs": len(runs_with),
-                "median_ms_without": round(without, 4), "median_ms_with": round(with_shim, 4),
-                "overhead_pct": round(pct, 2)}
-    return rows, overhead
+    spread = ((max(runs_without) - min(runs_without)) / without * 100.0 if without
+              else float("inf"))
+    figures = ("median step %.3f ms without, %.3f ms with the shim, %d steps each, median of "
+               "%d runs each (per run: %s without, %s with)"
+               % (without, with_shim, steps, len(runs_with),
+                  "/".join("%.3f" % m for m in runs_without),
+                  "/".join("%.3f" % m for m in runs_with)))
+    if len(runs_without) < 2:
+        status, why = SKIP, ("one run each: how far runs spread is unknown "
+                             "(GPUMEMPROF_GPU_SUITE_PAIRS); ")
+    elif spread > budget_pct:
+        status, why = SKIP, ("the runs without the shim spread by %.1f%%, more than the "
+                             "budget: not resolved; " % spread)
+    else:
+        status, why = (PASS if pct <= budget_pct else FAIL), ""
+    check = Check(name, "<=%g%%" % budget_pct, "%+.1f%%" % pct, status, why + figures)
+    overhead = {"steps": steps, "runs": len(runs_with), "median_ms_without": round(without, 4),
+                "median_ms_with": round(with_shim, 4), "overhead_pct": round(pct, 2),
+                "spread_pct_without": round(spread, 2), "status": status}
+    return check, overhead
 
 
 def torch_oom(prefix, mode, report, measured):

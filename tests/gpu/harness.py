@@ -111,11 +111,13 @@ class Suite:
             lines.append("")
             lines.append("PyTorch step time (median over runs of each run's median step), "
                          "without and with the shim, runs in turn:")
-            lines.append("mode        runs  steps  without_ms  with_ms  overhead")
+            lines.append("mode        runs  steps  without_ms  with_ms  overhead  "
+                         "spread_without  verdict")
             for row in overhead:
-                lines.append("%-10s  %4d  %5d  %10.3f  %7.3f  %+7.1f%%" % (
+                lines.append("%-10s  %4d  %5d  %10.3f  %7.3f  %+7.1f%%  %13.1f%%  %s" % (
                     row["mode"], row.get("runs", 1), row["steps"], row["median_ms_without"],
-                    row["median_ms_with"], row["overhead_pct"]))
+                    row["median_ms_with"], row["overhead_pct"],
+                    row.get("spread_pct_without", 0.0), row.get("status", "")))
         return "\n".join(lines)
 
     def finish(self):
