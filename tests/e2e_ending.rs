@@ -90,3 +90,25 @@ fn an_exit_is_reported_with_its_status_and_leaves_the_cleanup_finding() {
     let a = report("analyze", &trace, &[]);
     assert!(heuristics(&a).contains(&"insufficient_cleanup".to_string()));
 }
+
+/// A signal that ends the process while the writer cannot complete the trace within the
+/// handler's 3 s (a stalled disk, `GPUMEMPROF_TEST_STALL_WRITER_MS`): the shim says, in one
+/// line, that the trace may lack its last events, where it would have said it wrote them;
+/// the process still dies of the signal, and the file reads as the incomplete trace it is.
+#[test]
+fn a_signal_that_ends_the_process_before_the_trace_is_complete_says_so() {
+    let dir = scratch("ending/stalled_writer");
+    let stall = [("GPUMEMPROF_TEST_STALL_WRITER_MS", "6000")];
+    let run = run_profiled(&dir, "sudden_end", &["term"], &stall);
+    let stderr = run.stderr();
+    assert_eq!(run.output.status.signal(), Some(15), "{stderr}");
+    let unfinished = format!(
+        "gpumemprof: the process is ended by SIGTERM (signal 15) before the trace was complete: \
+         {} may lack its last events",
+        run.trace.display()
+    );
+    assert!(stderr.lines().any(|l| l == unfinished), "{stderr}");
+    assert!(!stderr.contains("gpumemprof: wrote "), "{stderr}");
+    let s = report("summary", &run.trace, &[]);
+    assert_eq!(s["trace"]["complete"], false, "{s}");
+}

@@ -11,7 +11,8 @@
  * waits until every child exists (a pipe the parent closes once all are forked), does
  * cudaMalloc(1 MiB = 1048576 bytes) and cudaFree of it, and _exit(0)s (_exit(1) if a call
  * failed). The parent waits for all of them, frees its 4096 bytes, and prints
- * "children_ok=<children that exited 0>". Exit status 0 when every child exited 0.
+ * "children_ok=<children that exited 0>". Exit status 0 when every child exited 0; a child
+ * that did not is named on stderr with its exit code or signal ("fork_at_once: child ...").
  * Expected: one trace per process (<children> + 1), and on stderr, with GPUMEMPROF_QUIET
  * unset, exactly one "recording ..." and one "wrote ..." line per process, each whole.
  */
@@ -58,8 +59,17 @@ int main(int argc, char **argv)
     int ok = 0;
     for (int i = 0; i < n; i++) {
         int status;
-        if (wait(&status) > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        pid_t pid = wait(&status);
+        if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
             ok++;
+        else if (pid < 0)
+            perror("fork_at_once: wait");
+        else if (WIFSIGNALED(status))
+            fprintf(stderr, "fork_at_once: child %d ended by signal %d\n", (int)pid,
+                    WTERMSIG(status));
+        else
+            fprintf(stderr, "fork_at_once: child %d exited %d\n", (int)pid,
+                    WEXITSTATUS(status));
     }
     cudaFree(mine);
     printf("children_ok=%d\n", ok);

@@ -18,8 +18,9 @@
 //! SIGINT), it asks for a flush, since the program may go on; a fault the program handles
 //! goes straight to its handler (a runtime that handles faults as part of its work must not
 //! pay a flush each; if the handler then resets the default and raises the fault again, the
-//! shim sees that). It waits at most 3 s, and never on the writer thread itself. Then the
-//! program's handler runs, or the default action is restored and the signal raised again.
+//! shim sees that). It waits at most 3 s, and never on the writer thread itself; a trace not
+//! complete by then is said to be so, in one line, quiet or not (`say_unfinished`). Then
+//! the program's handler runs, or the default action is restored and the signal raised again.
 
 use super::actions::{self, Hold};
 use super::unfinished;
@@ -121,6 +122,8 @@ extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
                     p.set_ending(Ending::Signal(sig as u32));
                     if p.shutdown_from_signal(SIGNAL_FLUSH_TIMEOUT) {
                         say_written(p, sig);
+                    } else {
+                        say_unfinished(p, sig);
                     }
                 } else {
                     p.flush_now(SIGNAL_FLUSH_TIMEOUT);
@@ -149,6 +152,24 @@ fn say_written(p: &Pipeline, sig: c_int) {
         "gpumemprof: wrote {} events to {path}; the process is ended by {name} (signal {sig}); \
          see what it held with: gpumemprof leaks {path}",
         p.events_written()
+    );
+    line.emit();
+}
+
+/// The line of a process a signal ends before the writer completed its trace (a stalled
+/// disk, a writer that was busy for longer than the wait): what is in the file reads, but
+/// its last events may be missing, and nothing else would say so.
+fn say_unfinished(p: &Pipeline, sig: c_int) {
+    let path = p.path().and_then(|c| c.to_str().ok()).unwrap_or("");
+    if path.is_empty() {
+        return;
+    }
+    let mut line = FixedLine::new();
+    let name = Ending::signal_name(sig as u32).unwrap_or("a signal");
+    let _ = writeln!(
+        line,
+        "gpumemprof: the process is ended by {name} (signal {sig}) before the trace was \
+         complete: {path} may lack its last events"
     );
     line.emit();
 }

@@ -23,6 +23,7 @@ pub(super) fn start() -> Option<&'static Pipeline> {
     set_quiet(cfg.quiet);
     super::halt::install();
     crate::sys::faults::arm(cfg.test_panic);
+    crate::sys::faults::arm_writer_stall(cfg.test_stall_writer_ms);
     FORK_OFF.store(cfg.fork == ForkMode::Off, Ordering::Relaxed);
     // Before the header (which records the choice) and before any event is stamped.
     clock::init(cfg.clock);

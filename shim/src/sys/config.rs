@@ -95,6 +95,9 @@ pub struct Config {
     pub framework_modes: Vec<String>,
     /// `GPUMEMPROF_TEST_PANIC_AT`: where the shim panics, as a bug would.
     pub test_panic: crate::sys::faults::TestPanic,
+    /// `GPUMEMPROF_TEST_STALL_WRITER_MS`: how long the writer waits before it completes the
+    /// trace it was asked to, as on a stalled disk.
+    pub test_stall_writer_ms: u64,
 }
 
 impl Default for Config {
@@ -118,6 +121,7 @@ impl Default for Config {
             trace_list: None,
             framework_modes: Vec::new(),
             test_panic: crate::sys::faults::TestPanic::Never,
+            test_stall_writer_ms: 0,
         }
     }
 }
@@ -220,6 +224,11 @@ pub const VARS: &[Var] = &[
         name: "GPUMEMPROF_TEST_PANIC_AT",
         default: "0",
         doc: "For tests of the shim's own failure path: a number N makes the N-th recorded event's bookkeeping panic, `writer` the writer thread as it drains its first events, as a bug in the shim would (0, the default: never). What any such bug does then: one warning line (`internal error at FILE:LINE: ...`), the program's calls return what the real functions returned, every later call passes straight through, and the trace is completed at exit with `stopped` reason `internal_error` at that moment (after a bug of the writer, the exit handler writes the events the writer left).",
+    },
+    Var {
+        name: "GPUMEMPROF_TEST_STALL_WRITER_MS",
+        default: "0",
+        doc: "For tests of the shim's endings: the writer waits this many milliseconds (at most 600000) before it completes the trace it was asked to complete, as a write to a stalled disk would. A signal that ends the process waits at most 3 s for the writer; when the trace is not complete by then, the shim says so in one line (`gpumemprof: the process is ended by NAME (signal N) before the trace was complete: PATH may lack its last events`) and the signal goes on.",
     },
 ];
 
@@ -386,6 +395,11 @@ impl Config {
                 };
             }
         }
+        if let Some(v) = get("GPUMEMPROF_TEST_STALL_WRITER_MS") {
+            if let Some(n) = ranged("GPUMEMPROF_TEST_STALL_WRITER_MS", &v, 0, 600_000, &mut w) {
+                c.test_stall_writer_ms = n;
+            }
+        }
         if let Some(v) = get("GPUMEMPROF_TRACE_LIST") {
             if !v.trim().is_empty() {
                 c.trace_list = Some(v);
@@ -492,8 +506,10 @@ mod tests {
             ("GPUMEMPROF_TRACE_LIST", "/tmp/list"),
             ("GPUMEMPROF_FRAMEWORK_MODES", "torch=tensors, tf=async,"),
             ("GPUMEMPROF_TEST_PANIC_AT", "3"),
+            ("GPUMEMPROF_TEST_STALL_WRITER_MS", "5000"),
         ]);
         assert_eq!(c.test_panic, crate::sys::faults::TestPanic::Event(3));
+        assert_eq!(c.test_stall_writer_ms, 5000);
         assert_eq!(c.trace_list.as_deref(), Some("/tmp/list"));
         assert_eq!(c.framework_modes, ["torch=tensors", "tf=async"]);
         assert_eq!(c.unwind, UnwindMode::Check);
@@ -524,8 +540,10 @@ mod tests {
             ("GPUMEMPROF_MODE", "sometimes"),
             ("GPUMEMPROF_OOM_RING", "1"),
             ("GPUMEMPROF_FREE_STACKS", "sometimes"),
+            ("GPUMEMPROF_TEST_STALL_WRITER_MS", "600001"),
         ]);
-        assert_eq!(w.len(), 8, "{w:?}");
+        assert_eq!(w.len(), 9, "{w:?}");
+        assert_eq!(c.test_stall_writer_ms, 0);
         assert!(c.free_stacks);
         assert_eq!((c.mode, c.oom_ring), (Mode::Full, 65536));
         assert_eq!(c.nvml_ms, 500);

@@ -1,7 +1,8 @@
-//! Faults the tests ask for (`GPUMEMPROF_TEST_PANIC_AT`), so that the shim's own failure
-//! path runs as a bug would make it run: a panic in the N-th recorded event's bookkeeping,
-//! or in the writer thread as it drains its first events. Off, each check is one relaxed
-//! load.
+//! Faults the tests ask for, so that the shim's own failure paths run as a bug or a slow
+//! disk would make them run: a panic in the N-th recorded event's bookkeeping, or in the
+//! writer thread as it drains its first events (`GPUMEMPROF_TEST_PANIC_AT`); a writer that
+//! takes its time to complete the trace once asked to (`GPUMEMPROF_TEST_STALL_WRITER_MS`).
+//! Off, each check is one relaxed load.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -52,4 +53,28 @@ pub fn writer_panic_due(drained: usize) {
     if drained > 0 && WRITER.load(Ordering::Relaxed) {
         panic!("GPUMEMPROF_TEST_PANIC_AT=writer asked for this panic");
     }
+}
+
+/// Milliseconds the writer waits before it completes the trace it was asked to (0: none).
+static STALL_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Arms `GPUMEMPROF_TEST_STALL_WRITER_MS` (at the session's start).
+pub fn arm_writer_stall(ms: u64) {
+    STALL_MS.store(ms, Ordering::Relaxed);
+}
+
+/// In the writer, once asked to complete the trace: waits as a write to a stalled disk
+/// would, once, if it was asked to.
+#[inline(always)]
+pub fn writer_stall_due() {
+    if STALL_MS.load(Ordering::Relaxed) != 0 {
+        stall();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn stall() {
+    let ms = STALL_MS.swap(0, Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_millis(ms));
 }

@@ -91,6 +91,9 @@ impl Pipeline {
         let mut samples = Vec::new();
         loop {
             let shutting = self.shutdown_requested.load(Ordering::Acquire);
+            if shutting {
+                crate::sys::faults::writer_stall_due();
+            }
             if let Some(n) = nvml.as_mut() {
                 let now = clock::now_ns();
                 let changed = grown >= NVML_CHANGE_BYTES
