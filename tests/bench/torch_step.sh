@@ -21,13 +21,7 @@
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-7}; steps=${2:-200}
-if [ "${REAL_GPU:-0}" = 1 ]; then
-  sim=()
-else
-  site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
-  lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
-  sim=(PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824)
-fi
+. "$root/tests/bench/torch_sim.sh"
 shim=${SHIM:-$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)}
 trace=$(mktemp -u /tmp/gpumemprof-step.XXXXXX.trace)
 all="none off native full torch_python torch_all"

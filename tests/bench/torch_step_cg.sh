@@ -17,12 +17,11 @@
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 so=$(realpath "$1"); a=${2:-20}; b=${3:-60}
-site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
-lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+REAL_GPU=0 . "$root/tests/bench/torch_sim.sh"
 out=$(mktemp -d /tmp/gpumemprof-cg.XXXXXX)
 run() {
   # python3 may be a launcher script: every process gets its own output file (%p).
-  env PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824 \
+  env "${sim[@]}" \
     GPUMEMPROF_OUTPUT="$out/t$1.trace" GPUMEMPROF_QUIET=1 GPUMEMPROF_NVML_MS=0 \
     GPUMEMPROF_STACKS="${STACKS:-full}" \
     valgrind --tool=callgrind --trace-children=yes --separate-threads=yes \

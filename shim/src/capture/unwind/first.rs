@@ -243,15 +243,20 @@ impl Entry {
             return None;
         }
         // Four words at a time without a branch, as `Memo::resume` compares them; the
-        // innermost first, where another call path differs.
+        // innermost first, where another call path differs. The quads are zipped by value,
+        // as NH's are (`words_hash.rs`: a zip through `&mut ChunksExact` is the form the
+        // compiler once stopped seeing through).
         let k = self.n_words as usize;
+        let quads = k / 4 * 4;
         let (offs, vals) = (&self.offs[..k], &self.vals[..k]);
         let sp = s.sp as *const u64;
         // SAFETY: the words were read by this thread's walk from this stack pointer: they
         // lie in its stack, above it.
         let differs = |o: u16, v: u64| unsafe { sp.add(o as usize).read() } ^ v;
-        let mut chunks = offs.chunks_exact(4).zip(vals.chunks_exact(4));
-        for (o, v) in &mut chunks {
+        for (o, v) in offs[..quads]
+            .chunks_exact(4)
+            .zip(vals[..quads].chunks_exact(4))
+        {
             let d = differs(o[0], v[0])
                 | differs(o[1], v[1])
                 | differs(o[2], v[2])
@@ -260,8 +265,7 @@ impl Entry {
                 return None;
             }
         }
-        let rest = k - k % 4;
-        if (offs[rest..].iter().zip(&vals[rest..])).any(|(&o, &v)| differs(o, v) != 0) {
+        if (offs[quads..].iter().zip(&vals[quads..])).any(|(&o, &v)| differs(o, v) != 0) {
             return None;
         }
         let n = self.n as usize;
