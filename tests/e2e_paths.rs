@@ -7,7 +7,7 @@
 
 use gpumemprof_format::{MemKind, Record, FREE_RANGE, FREE_STREAM_ORDERED};
 use gpumemprof_tests::profiled::*;
-use gpumemprof_tests::{script_command, shared_library, shim_path, sim_dir, source_line_of};
+use gpumemprof_tests::{script_command, shared_library, shim_path, source_line_of};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -407,52 +407,4 @@ fn hip_allocations_are_seen_with_the_same_semantics() {
     assert_eq!(row(&s, 0, "device")["live_bytes_at_end"], 8 * MIB);
     assert_eq!(row(&s, 0, "managed")["live_bytes_at_end"], 4 * MIB);
     assert_eq!(s["unknown_frees"], 0);
-}
-
-/// (j) NVML: samples of what the process uses, and the memory the hooks did not see
-/// (the simulated context's 64 MiB).
-#[test]
-fn nvml_samples_show_the_memory_the_hooks_did_not_see() {
-    let dir = scratch("paths_nvml");
-    let mut env: Vec<(&str, String)> = vec![
-        ("SIMCUDA_CONTEXT_BYTES", (64 * MIB).to_string()),
-        ("GPUMEMPROF_NVML_MS", "20".to_string()),
-    ];
-    env.push(("LD_LIBRARY_PATH", sim_dir().display().to_string()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let run = run_profiled(&dir, "nvml_gap", &[], &env);
-    ok(&run);
-    let s = report("summary", &run.trace, &[]);
-    let nvml = s["nvml"].as_array().unwrap();
-    assert_eq!(nvml.len(), 1, "{s:#}");
-    let d = &nvml[0];
-    assert_eq!(d["device"], 0);
-    assert!(d["samples"].as_u64().unwrap() >= 5, "{d}");
-    assert_eq!(d["peak_used_bytes"], 164 * MIB);
-    assert_eq!(d["tracked_at_peak_bytes"], 100 * MIB);
-    assert_eq!(d["untracked_at_peak_bytes"], 64 * MIB);
-    assert_eq!(d["device_total_bytes"], 16 * GIB);
-
-    // Samples a minute apart: only the first regular one falls in this run, which may come
-    // before the 100 MiB. The shim samples again right after that large change (16 MiB or
-    // more allocated since the last sample), so NVML's view of the job's memory is there.
-    let dir = scratch("paths_nvml_change");
-    let mut env = env.clone();
-    env.retain(|(k, _)| *k != "GPUMEMPROF_NVML_MS");
-    env.push(("GPUMEMPROF_NVML_MS", "60000"));
-    let run = run_profiled(&dir, "nvml_gap", &[], &env);
-    ok(&run);
-    let s = report("summary", &run.trace, &[]);
-    let d = &s["nvml"][0];
-    assert!(d["samples"].as_u64().unwrap() >= 2, "{d}");
-    assert_eq!(d["peak_used_bytes"], 164 * MIB, "{d}");
-    assert_eq!(d["tracked_at_peak_bytes"], 100 * MIB, "{d}");
-
-    // Without NVML on the library path: no samples, and nothing printed about it.
-    let dir = scratch("paths_no_nvml");
-    let run = run_profiled(&dir, "nvml_gap", &[], &[("GPUMEMPROF_NVML_MS", "20")]);
-    ok(&run);
-    assert_eq!(shim_lines(&run.stderr()).len(), 2, "{}", run.stderr());
-    let s = report("summary", &run.trace, &[]);
-    assert_eq!(s["nvml"], serde_json::json!([]));
 }

@@ -112,8 +112,8 @@ fn cudarc_client() -> PathBuf {
     target.join("release/gpumemprof-cudarc-client")
 }
 
-/// `bash tests/gpu/run.sh` in the simulated mode, writing into `dir`.
-fn run_simulated(dir: &Path, client: &Path) -> Output {
+/// `bash tests/gpu/run.sh` in the simulated mode, writing into `dir`, with `env` added.
+fn run_simulated(dir: &Path, client: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new("bash");
     cmd.arg(gpu_dir().join("run.sh"))
         .env("GPUMEMPROF_GPU_SUITE_SIM", "1")
@@ -128,6 +128,8 @@ fn run_simulated(dir: &Path, client: &Path) -> Output {
     for var in SIM_ENV {
         cmd.env_remove(var);
     }
+    cmd.env_remove("GPUMEMPROF_GPU_SUITE_TORCH_MODES")
+        .envs(env.iter().copied());
     cmd.output().expect("run bash")
 }
 
@@ -341,11 +343,48 @@ fn cudarc_rows() -> Vec<(String, String, String)> {
     ]
 }
 
+/// One PyTorch allocator mode alone (`GPUMEMPROF_GPU_SUITE_TORCH_MODES`, so that one mode with
+/// more pairs fits a short device call): its rows and the memory PyTorch cannot see, no other
+/// mode's; an unknown mode is a usage error, exit 2.
+#[test]
+fn the_suite_runs_only_the_pytorch_modes_it_is_asked_for() {
+    let client = cudarc_client();
+    let only = ("GPUMEMPROF_GPU_SUITE_ONLY", "torch");
+    let dir = scratch("gpu_suite_torch_modes");
+    let modes = ("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "nocache");
+    let out = run_simulated(&dir, &client, &[only, modes]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let names: Vec<String> = rows(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "torch_nocache_train",
+            "torch_nocache_oom",
+            "torch_nvml",
+            "torch_nccl_buffers"
+        ],
+        "{}",
+        text(&out)
+    );
+
+    let dir = scratch("gpu_suite_torch_modes_unknown");
+    let modes = ("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "nocache,cached");
+    let out = run_simulated(&dir, &client, &[only, modes]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // run.sh sends suite.py's stderr through `tee` with its stdout when OUT is set.
+    let want =
+        "suite.py: unknown PyTorch mode(s) ['cached']; known: default, expandable, async, nocache";
+    assert!(text(&out).lines().any(|l| l == want), "{}", text(&out));
+}
+
 #[test]
 fn the_simulated_suite_measures_the_programs_exactly_and_skips_the_frameworks() {
     let dir = scratch("gpu_suite_simulated");
     let client = cudarc_client();
-    let out = run_simulated(&dir, &client);
+    let out = run_simulated(&dir, &client, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = rows(&stdout);

@@ -1411,6 +1411,16 @@ fn nvml_gap_prints_its_documented_numbers() {
 }
 
 #[test]
+fn nvml_churn_prints_its_documented_numbers() {
+    let mut cmd = program_command("nvml_churn");
+    cmd.args(["3", "2", "0"]);
+    expect_output(
+        cmd,
+        &["rounds=3", "level_bytes=2097152", "allocated_bytes=6291456"],
+    );
+}
+
+#[test]
 fn ctypes_alloc_prints_its_documented_numbers() {
     assert!(
         source_line_of("tests/programs/ctypes_alloc.py", "GPUMEMPROF-CTYPES-ALLOC") > 1,

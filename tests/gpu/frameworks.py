@@ -158,6 +158,13 @@ def oom_measured(tools, trace):
     return measured
 
 
+def torch_modes():
+    """The PyTorch allocator modes to run: GPUMEMPROF_GPU_SUITE_TORCH_MODES (a comma list
+    of TORCH_MODES' names; suite.py refuses others), else all of them."""
+    only = [m for m in os.environ.get("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "").split(",") if m]
+    return [(m, env) for m, env in TORCH_MODES if not only or m in only]
+
+
 def time_pairs(tools, mode, env, plain, prof):
     """More runs without and with the shim, in turn (the order swapped each pair, so a
     drift of the machine falls on both), for the step-time overhead: the median step of one
@@ -182,7 +189,8 @@ def torch_checks(tools, suite, budget_pct):
     """The PyTorch checks, yielded as each is decided (a run cut short by its time limit
     still prints those); the overhead table's rows go to `suite` mode by mode."""
     version, why = probe(tools, "torch")
-    names = ["torch_%s_%s" % (m, c) for m, _ in TORCH_MODES
+    modes = torch_modes()
+    names = ["torch_%s_%s" % (m, c) for m, _ in modes
              for c in ("train", "oom")] + ["torch_nvml", "torch_nccl_buffers"]
     if why:
         yield from [skip(n, why) for n in names]
@@ -190,7 +198,7 @@ def torch_checks(tools, suite, budget_pct):
     leak_line = "torch_train.py:%d" % marker_line(os.path.join(HERE, "torch_train.py"),
                                                  "GPUMEMPROF-TORCH-LEAK")
     overhead = []
-    for mode, mode_env in TORCH_MODES:
+    for mode, mode_env in modes:
         env = dict(TORCH_ENV, **mode_env)
         log("PyTorch %s, mode %s: training without and with the shim" % (version, mode))
         plain, _, why_plain = run_script(tools, "torch_train.py", "torch-%s-plain" % mode, env,

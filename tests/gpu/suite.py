@@ -13,6 +13,8 @@ Environment (run.sh sets the first three):
                                          (default: a new folder under /tmp)
   GPUMEMPROF_GPU_SUITE_ONLY              comma list of groups to run (torchjob, cuda, cudarc, torch,
                                          jax, cupy, canned); default all
+  GPUMEMPROF_GPU_SUITE_TORCH_MODES       comma list of the PyTorch allocator modes to run (default,
+                                         expandable, async, nocache); default all
   GPUMEMPROF_GPU_SUITE_MAX_OVERHEAD_PCT  the step-time overhead budget per PyTorch mode (10)
   GPUMEMPROF_GPU_SUITE_STEPS             timed PyTorch training steps per run (300)
   GPUMEMPROF_GPU_SUITE_PAIRS             runs without and with the shim, in turn, per
@@ -53,6 +55,12 @@ def main():
     if unknown:
         print("suite.py: unknown group(s) %s; known: %s" % (unknown, ", ".join(GROUPS)),
               file=sys.stderr)
+        return 2
+    modes = [m for m in os.environ.get("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "").split(",") if m]
+    known = [m for m, _ in frameworks.TORCH_MODES]
+    if [m for m in modes if m not in known]:
+        print("suite.py: unknown PyTorch mode(s) %s; known: %s" % (
+            [m for m in modes if m not in known], ", ".join(known)), file=sys.stderr)
         return 2
     work = os.environ.get("GPUMEMPROF_GPU_SUITE_WORK") or tempfile.mkdtemp(
         prefix="gpumemprof-gpu-suite.")

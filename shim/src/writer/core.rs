@@ -9,6 +9,7 @@
 //! older than B's allocation; but A may push later than B. Sorting a short window by
 //! time puts them back in happens-before order.
 
+use super::live_high::LiveHigh;
 use super::output::{self, OpenError};
 use super::pending::{Pending, PendingTensor};
 use super::recorder::Recorder;
@@ -55,8 +56,8 @@ pub struct WriterCore {
     pub(super) events: u64,
     /// Out-of-memory errors (for the exit line's advice).
     pub(super) out_of_memory: super::oom_count::OomCount,
-    /// Device memory allocated since `take_device_allocated` (when to sample NVML).
-    device_allocated: u64,
+    /// Live device memory and its rises, when NVML is sampled (`run`): when to sample again.
+    live_high: Option<LiveHigh>,
     pub(super) dropped: u64,
     pub(super) last_flush_ns: u64,
     pub(super) io_failed: bool,
@@ -99,7 +100,7 @@ impl WriterCore {
             known_modules: HashSet::new(),
             events: 0,
             out_of_memory: Default::default(),
-            device_allocated: 0,
+            live_high: None,
             dropped: 0,
             last_flush_ns: start_ns,
             io_failed: false,
@@ -168,9 +169,22 @@ impl WriterCore {
         }
     }
 
-    /// Device memory allocated since the last call.
-    pub(super) fn take_device_allocated(&mut self) -> u64 {
-        std::mem::take(&mut self.device_allocated)
+    /// Follows the live device memory of the events emitted from now on (`live_high`).
+    pub(super) fn follow_live_device(&mut self) {
+        self.live_high = Some(LiveHigh::default());
+    }
+
+    /// Bytes by which the live device memory rose above its high at every earlier sample
+    /// (0 unless followed).
+    pub(super) fn live_risen(&self) -> u64 {
+        self.live_high.as_ref().map_or(0, LiveHigh::risen)
+    }
+
+    /// NVML was sampled: later rises count from the highest level seen so far.
+    pub(super) fn live_sampled(&mut self) {
+        if let Some(l) = self.live_high.as_mut() {
+            l.sampled();
+        }
     }
 
     /// Queues an event of thread `tid` for ordering (its time stays a raw stamp until
@@ -178,9 +192,6 @@ impl WriterCore {
     pub(super) fn accept(&mut self, tid: u32, ev: &Event) {
         let stack = ev.stack;
         let time_ns = ev.time_ns;
-        if ev.kind == EventKind::Alloc && MemKind::from_u8(ev.mem) == MemKind::Device {
-            self.device_allocated = self.device_allocated.saturating_add(ev.size);
-        }
         let p = match ev.kind {
             EventKind::Alloc => Pending::Alloc(Alloc {
                 time_ns,
@@ -303,6 +314,9 @@ impl WriterCore {
                 break;
             };
             let t = self.clock.to_ns(p.time()).saturating_sub(self.start_ns);
+            if let Some(l) = self.live_high.as_mut() {
+                l.apply(&p);
+            }
             if self.put(p.retimed(t)) && one_block && left > 0 {
                 return true;
             }

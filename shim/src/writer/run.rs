@@ -32,9 +32,10 @@ fn reorder_window(flush_ns: u64) -> u64 {
     REORDER_WINDOW_NS.min(flush_ns / 4)
 }
 
-/// NVML is sampled again, before its interval is up, once this much device memory was
-/// allocated since the last sample: a job whose memory rises between two samples would
-/// otherwise show NVML's view from before the rise as the most it used...
+/// NVML is sampled again, before its interval is up, once the live device memory rose this
+/// much above its high at every earlier sample (`live_high`): a job whose memory rises
+/// between two samples would otherwise show NVML's view from before the rise as the most it
+/// used...
 const NVML_CHANGE_BYTES: u64 = 16 << 20;
 /// ...but at most once per this interval, so that an allocation loop does not turn into an
 /// NVML query per round.
@@ -85,9 +86,13 @@ impl Pipeline {
         } else {
             None
         };
+        if nvml.is_some() {
+            self.core.lock().follow_live_device();
+        }
         let (mut next_sample, mut last_sample) = (0u64, 0u64);
-        // Device bytes allocated since the last NVML sample.
-        let mut grown = 0u64;
+        // How far the live device memory rose above its high at every earlier sample, and
+        // whether a sample was just taken.
+        let (mut risen, mut sampled) = (0u64, false);
         let mut samples = Vec::new();
         loop {
             let shutting = self.shutdown_requested.load(Ordering::Acquire);
@@ -96,7 +101,7 @@ impl Pipeline {
             }
             if let Some(n) = nvml.as_mut() {
                 let now = clock::now_ns();
-                let changed = grown >= NVML_CHANGE_BYTES
+                let changed = risen >= NVML_CHANGE_BYTES
                     && now >= last_sample.saturating_add(NVML_CHANGE_GAP_NS);
                 // An out-of-memory waits for its flush: the sample sees the memory then.
                 let asked = self.nvml_asked.swap(false, Ordering::AcqRel);
@@ -104,7 +109,7 @@ impl Pipeline {
                     n.sample(clock::now(), &mut samples);
                     next_sample = now + self.nvml_ns;
                     last_sample = now;
-                    grown = 0;
+                    sampled = true;
                 }
             }
             let (popped, more) = {
@@ -112,14 +117,17 @@ impl Pipeline {
                 for m in samples.drain(..) {
                     core.stage(Pending::Sample(m));
                 }
+                if std::mem::take(&mut sampled) {
+                    core.live_sampled();
+                }
                 let n = self.drain(&mut core);
                 crate::sys::faults::writer_panic_due(n);
-                grown = grown.saturating_add(core.take_device_allocated());
                 core.define_stacks();
                 let now = clock::now_ns();
                 let rel = now.saturating_sub(self.start_ns);
                 let cutoff = rel.saturating_sub(reorder_window(self.flush_ns));
                 let more = core.emit_one_block(cutoff);
+                risen = core.live_risen();
                 if let Some(p) = core.take_new_path() {
                     self.set_path(&p);
                 }
@@ -169,7 +177,7 @@ impl Pipeline {
                     Duration::from_nanos(due)
                 };
                 if nvml.is_some() {
-                    let due = if grown >= NVML_CHANGE_BYTES {
+                    let due = if risen >= NVML_CHANGE_BYTES {
                         next_sample.min(last_sample.saturating_add(NVML_CHANGE_GAP_NS))
                     } else {
                         next_sample

@@ -1,0 +1,157 @@
+//! When NVML is asked before its interval: the device memory live in the events the writer
+//! emitted, in time order, and how far its high since the last sample rose above the highest
+//! level any earlier sample came after.
+//!
+//! A rise between two samples would leave NVML's view from before it as the most the process
+//! used, so the writer samples again after a rise. Counting the bytes allocated since the last
+//! sample instead made every allocation a rise: a job that allocates and frees the same bytes
+//! each step (PyTorch without its cache) was sampled every 10 ms on a real GPU, and each query
+//! takes the driver's lock the job's cudaMalloc and cudaFree need (docs/VALIDATION.md).
+
+use super::pending::Pending;
+use crate::capture::intern::FxMap;
+use gpumemprof_format::{MemKind, FREE_RANGE};
+
+#[derive(Default)]
+pub(super) struct LiveHigh {
+    /// Live device allocations (and VMM mappings) by address: their bytes.
+    live: FxMap<u64, u64>,
+    /// Their sum.
+    bytes: u64,
+    /// The most `bytes` reached since the last sample.
+    high: u64,
+    /// The most `high` was when any sample was taken.
+    mark: u64,
+}
+
+impl LiveHigh {
+    /// One emitted event. Only device memory counts (`MemKind::Device`: allocations and
+    /// VMM mappings), as NVML's view is of the device; a failed free frees nothing.
+    pub fn apply(&mut self, p: &Pending) {
+        match p {
+            Pending::Alloc(a) if a.kind == MemKind::Device && a.address != 0 => {
+                let before = self.live.insert(a.address, a.size).unwrap_or(0);
+                self.bytes = self.bytes.saturating_sub(before).saturating_add(a.size);
+                self.high = self.high.max(self.bytes);
+            }
+            Pending::Free(f) if f.result == 0 && f.kind.space() == 0 => {
+                if f.flags & FREE_RANGE != 0 {
+                    // An unmapped range releases every mapping that starts in it.
+                    let end = f.address.saturating_add(f.size);
+                    let mut at = f.address;
+                    while at < end {
+                        let Some(size) = self.live.remove(&at) else {
+                            break;
+                        };
+                        self.bytes = self.bytes.saturating_sub(size);
+                        at = at.saturating_add(size.max(1));
+                    }
+                } else if let Some(size) = self.live.remove(&f.address) {
+                    self.bytes = self.bytes.saturating_sub(size);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Bytes by which the high since the last sample passed every earlier sample's high.
+    pub fn risen(&self) -> u64 {
+        self.high.saturating_sub(self.mark)
+    }
+
+    /// A sample was taken: later rises count from the highest level seen so far.
+    pub fn sampled(&mut self) {
+        self.mark = self.mark.max(self.high);
+        self.high = self.bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumemprof_format::{Alloc, Free};
+
+    const MIB: u64 = 1 << 20;
+
+    fn alloc(address: u64, size: u64, kind: MemKind) -> Pending {
+        Pending::Alloc(Alloc {
+            time_ns: 0,
+            tid: 1,
+            api: 0,
+            kind,
+            device: 0,
+            address,
+            size,
+            stream: 0,
+            pool: 0,
+            stack: 0,
+        })
+    }
+
+    fn free(address: u64, size: u64, flags: u8, result: u32) -> Pending {
+        Pending::Free(Free {
+            time_ns: 0,
+            tid: 1,
+            api: 0,
+            address,
+            stream: 0,
+            stack: 0,
+            result,
+            flags,
+            kind: MemKind::Device,
+            size,
+        })
+    }
+
+    /// PyTorch without its cache: 48 MiB allocated and freed 100 times rises once.
+    #[test]
+    fn memory_that_churns_at_one_level_rises_once() {
+        let mut l = LiveHigh::default();
+        l.apply(&alloc(0x1000, 48 * MIB, MemKind::Device));
+        assert_eq!(l.risen(), 48 * MIB);
+        l.sampled();
+        for _ in 0..100 {
+            l.apply(&free(0x1000, 0, 0, 0));
+            l.apply(&alloc(0x1000, 48 * MIB, MemKind::Device));
+            assert_eq!(l.risen(), 0);
+        }
+        // A new high counts from the old one: 48 + 20 MiB is 20 MiB above it.
+        l.apply(&alloc(0x9000_0000, 20 * MIB, MemKind::Device));
+        assert_eq!(l.risen(), 20 * MIB);
+    }
+
+    /// The high since the last sample counts even when the memory fell again before the
+    /// writer sampled: the level it reached is what NVML missed.
+    #[test]
+    fn a_rise_that_fell_again_before_the_sample_still_counts_once() {
+        let mut l = LiveHigh::default();
+        l.apply(&alloc(0x1000, 30 * MIB, MemKind::Device));
+        l.apply(&free(0x1000, 0, 0, 0));
+        assert_eq!(l.risen(), 30 * MIB);
+        l.sampled();
+        l.apply(&alloc(0x1000, 30 * MIB, MemKind::Device));
+        assert_eq!(l.risen(), 0);
+    }
+
+    /// Only device memory counts; a failed free frees nothing; an unmapped range releases
+    /// each mapping in it (expandable segments' pages).
+    #[test]
+    fn device_memory_and_unmapped_ranges_count_as_the_hooks_record_them() {
+        let mut l = LiveHigh::default();
+        l.apply(&alloc(0x1000, 8 * MIB, MemKind::PinnedHost));
+        l.apply(&alloc(0x2000, 8 * MIB, MemKind::Managed));
+        l.apply(&alloc(0x3000, 8 * MIB, MemKind::VmmHandle));
+        assert_eq!((l.bytes, l.risen()), (0, 0));
+        let page = 2 * MIB;
+        for i in 0..3 {
+            l.apply(&alloc(0x7000_0000 + i * page, page, MemKind::Device));
+        }
+        l.apply(&free(0x7000_0000, 0, 0, 1));
+        assert_eq!(l.bytes, 6 * MIB);
+        l.apply(&free(0x7000_0000, 2 * page, FREE_RANGE, 0));
+        assert_eq!(l.bytes, 2 * MIB);
+        assert_eq!(l.risen(), 6 * MIB);
+        l.sampled();
+        assert_eq!((l.mark, l.high), (6 * MIB, 2 * MIB));
+    }
+}
