@@ -17,15 +17,14 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-7}; pairs=${2:-1000000}; depth=${3:-20}
 exe=$(ls -t "$root"/target/*/torch/build.*/caching_allocator | head -1)
-# The torch package's stand-in libcudart.so.13 and the simulated driver beside it.
-lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+# The torch package (`site`), its stand-in libcudart.so.13 and the simulated driver (`lib`).
+REAL_GPU=0 . "$root/tests/bench/torch_sim.sh"
 shim=$(ls -t "$root"/target/release/libgpumemprof.so "$root"/target/release/deps/libgpumemprof.so 2>/dev/null | head -1)
 trace=$(mktemp -u /tmp/gpumemprof-torch.XXXXXX.trace)
 modes="none off native"
 cmd=("$exe" bench "$pairs" "$depth")
 if [ "${PY:-0}" = 1 ]; then
   modes="none off native full"
-  site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
   cu13=$(ls -d "$root"/target/*/cuda-headers/extracted/nvidia/cu13/include | head -1)
   so="$(dirname "$exe")/libpairs.so"
   g++ -std=c++20 -O1 -g -fno-omit-frame-pointer -shared -fPIC -I"$site/torch/include" \
@@ -46,7 +45,7 @@ declare -A res
 for r in $(seq "$runs"); do
   for mode in $modes; do
     if [ $mode = none ]; then pre=""; else pre="LD_PRELOAD=$shim"; fi
-    out=$(env LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=1073741824 GPUMEMPROF_OUTPUT="$trace" \
+    out=$(env "${sim[@]}" GPUMEMPROF_OUTPUT="$trace" \
       GPUMEMPROF_QUIET=1 GPUMEMPROF_STACKS=$mode $pre "${cmd[@]}")
     rm -f "$trace"
     res[$mode]+=" ${out#ns_per_pair=}"

@@ -12,13 +12,11 @@
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 steps=${1:-13600}
-site=$(ls -d "$root"/target/*/torch-package/site-packages | head -1)
-lib=$(ls -td "$root"/target/*/torch-package/build.* | head -1)
+SIM_CAPACITY=$((4 << 30)) REAL_GPU=0 . "$root/tests/bench/torch_sim.sh"
 shim="$root/target/release/libgpumemprof.so"
 cli="$root/target/release/gpumemprof"
 trace=$(mktemp -u /tmp/gpumemprof-whatif.XXXXXX.trace)
-env PYTHONPATH="$site" LD_LIBRARY_PATH="$lib" SIMCUDA_CAPACITY=$((4 << 30)) \
-  GPUMEMPROF_OUTPUT="$trace" GPUMEMPROF_QUIET=1 GPUMEMPROF_NVML_MS=0 LD_PRELOAD="$shim" \
+env "${sim[@]}" GPUMEMPROF_OUTPUT="$trace" GPUMEMPROF_QUIET=1 GPUMEMPROF_NVML_MS=0 LD_PRELOAD="$shim" \
   python3 "$root/tests/programs/torch_train.py" "$steps" > /dev/null
 echo "trace: $(stat -c %s "$trace") bytes"
 total=0

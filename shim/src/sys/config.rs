@@ -168,7 +168,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUMEMPROF_NVML_MS",
         default: "500",
-        doc: "Interval, in milliseconds (0 = off, else 10 to 60000), at which the writer thread asks NVML (`libnvidia-ml.so.1`, loaded only if present) how much device memory this process uses, and again right after the live device memory rose 16 MiB or more above its highest level at any earlier sample (at most every 10 ms), so a rise between two samples is seen while memory allocated and freed at one level (PyTorch without its cache) is not asked about again, and right after an allocation fails with out-of-memory (while the failing thread waits for its flush: PyTorch's message's process memory); reports set it against what the hooks saw (the CUDA context, library workspaces). Without NVML nothing is recorded and nothing is printed.",
+        doc: "Interval, in milliseconds (0 = off, else 10 to 60000), at which the writer thread asks NVML (`libnvidia-ml.so.1`, loaded only if present) how much device memory this process uses, and again right after the live device memory rose 16 MiB or more above its highest level at any earlier sample (at most every 10 ms; where it had fallen 16 MiB below that high again by the sample, up to five more times, 20 to 320 ms apart), so a rise between two samples is seen while memory allocated and freed at one level (PyTorch without its cache) is not asked about again, and right after an allocation fails with out-of-memory (while the failing thread waits for its flush: PyTorch's message's process memory); reports set it against what the hooks saw (the CUDA context, library workspaces). Without NVML nothing is recorded and nothing is printed.",
     },
     Var {
         name: "GPUMEMPROF_MODE",

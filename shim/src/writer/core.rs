@@ -174,10 +174,10 @@ impl WriterCore {
         self.live_high = Some(LiveHigh::default());
     }
 
-    /// Bytes by which the live device memory rose above its high at every earlier sample
-    /// (0 unless followed).
-    pub(super) fn live_risen(&self) -> u64 {
-        self.live_high.as_ref().map_or(0, LiveHigh::risen)
+    /// When NVML is due again early after the sample at `last_sample` (`LiveHigh::due`;
+    /// None unless followed).
+    pub(super) fn live_due(&self, last_sample: u64) -> Option<u64> {
+        self.live_high.as_ref().and_then(|l| l.due(last_sample))
     }
 
     /// NVML was sampled: later rises count from the highest level seen so far.

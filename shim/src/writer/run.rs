@@ -32,15 +32,6 @@ fn reorder_window(flush_ns: u64) -> u64 {
     REORDER_WINDOW_NS.min(flush_ns / 4)
 }
 
-/// NVML is sampled again, before its interval is up, once the live device memory rose this
-/// much above its high at every earlier sample (`live_high`): a job whose memory rises
-/// between two samples would otherwise show NVML's view from before the rise as the most it
-/// used...
-const NVML_CHANGE_BYTES: u64 = 16 << 20;
-/// ...but at most once per this interval, so that an allocation loop does not turn into an
-/// NVML query per round.
-const NVML_CHANGE_GAP_NS: u64 = 10_000_000;
-
 impl Pipeline {
     /// Moves every pushed event (all rings and the shared queue) into the writer's
     /// reorder buffer; returns how many. The caller holds the writer lock.
@@ -90,9 +81,10 @@ impl Pipeline {
             self.core.lock().follow_live_device();
         }
         let (mut next_sample, mut last_sample) = (0u64, 0u64);
-        // How far the live device memory rose above its high at every earlier sample, and
-        // whether a sample was just taken.
-        let (mut risen, mut sampled) = (0u64, false);
+        // When NVML is due early, after a rise of the live device memory (`live_high`: a
+        // job whose memory rises between two samples would otherwise show NVML's view from
+        // before the rise as the most it used), and whether a sample was just taken.
+        let (mut early, mut sampled) = (None::<u64>, false);
         let mut samples = Vec::new();
         loop {
             let shutting = self.shutdown_requested.load(Ordering::Acquire);
@@ -101,8 +93,7 @@ impl Pipeline {
             }
             if let Some(n) = nvml.as_mut() {
                 let now = clock::now_ns();
-                let changed = risen >= NVML_CHANGE_BYTES
-                    && now >= last_sample.saturating_add(NVML_CHANGE_GAP_NS);
+                let changed = early.is_some_and(|due| now >= due);
                 // An out-of-memory waits for its flush: the sample sees the memory then.
                 let asked = self.nvml_asked.swap(false, Ordering::AcqRel);
                 if now >= next_sample || changed || asked {
@@ -127,7 +118,7 @@ impl Pipeline {
                 let rel = now.saturating_sub(self.start_ns);
                 let cutoff = rel.saturating_sub(reorder_window(self.flush_ns));
                 let more = core.emit_one_block(cutoff);
-                risen = core.live_risen();
+                early = core.live_due(last_sample);
                 if let Some(p) = core.take_new_path() {
                     self.set_path(&p);
                 }
@@ -177,11 +168,7 @@ impl Pipeline {
                     Duration::from_nanos(due)
                 };
                 if nvml.is_some() {
-                    let due = if risen >= NVML_CHANGE_BYTES {
-                        next_sample.min(last_sample.saturating_add(NVML_CHANGE_GAP_NS))
-                    } else {
-                        next_sample
-                    };
+                    let due = early.map_or(next_sample, |d| d.min(next_sample));
                     let until = due.saturating_sub(clock::now_ns());
                     nap = nap.min(Duration::from_nanos(until.max(1_000_000)));
                 }
