@@ -107,3 +107,36 @@ fn memory_that_churns_at_one_level_is_sampled_for_its_rise_only() {
     assert_eq!(device["allocations"], 100, "{device}");
     assert_eq!(device["frees"], 100, "{device}");
 }
+
+/// Each sample carries how long NVML took to answer (`query_ns`): NVML's figure is of a
+/// moment in that window, and the analyzer sets it against the most the hooks tracked in
+/// it. The simulated NVML here takes 2 ms a query, as a real one takes about one.
+#[test]
+fn each_sample_says_how_long_nvml_took_to_answer() {
+    let run = run_nvml(
+        "nvml_query_time",
+        "nvml_gap",
+        &[],
+        &nvml_env(&[("GPUMEMPROF_NVML_MS", "50"), ("SIMNVML_QUERY_US", "2000")]),
+    );
+    let (_, records) = decode(&run.trace);
+    let took: Vec<u64> = (records.iter())
+        .filter_map(|r| match r {
+            gpumemprof_format::Record::Sample(m) => Some(m.query_ns),
+            _ => None,
+        })
+        .collect();
+    assert!(took.len() >= 3, "{took:?}");
+    assert!(
+        took.iter()
+            .all(|&ns| (2_000_000..1_000_000_000).contains(&ns)),
+        "{took:?}"
+    );
+    let s = report("summary", &run.trace, &[]);
+    let d = &s["nvml"][0];
+    assert_eq!(
+        (&d["peak_used_bytes"], &d["untracked_at_peak_bytes"]),
+        (&(164 * MIB).into(), &(64 * MIB).into()),
+        "{d}"
+    );
+}

@@ -1065,20 +1065,21 @@ fn nvml_reports_this_process_with_its_context() {
 
 #[test]
 fn nvml_malformed_configuration_fails_init() {
-    let mut cmd = program_command("nvml_query");
-    cmd.env("SIMCUDA_CAPACITY", "lots");
-    let output = run(cmd);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stdout(&output).contains("init=999\n"),
-        "{}",
-        stdout(&output)
-    );
-    assert!(
-        stderr(&output).contains("SIMCUDA_CAPACITY"),
-        "{}",
-        stderr(&output)
-    );
+    for (var, value) in [
+        ("SIMCUDA_CAPACITY", "lots"),
+        ("SIMNVML_QUERY_US", "10000001"),
+    ] {
+        let mut cmd = program_command("nvml_query");
+        cmd.env(var, value);
+        let output = run(cmd);
+        assert_eq!(output.status.code(), Some(1), "{var}");
+        assert!(
+            stdout(&output).contains("init=999\n"),
+            "{}",
+            stdout(&output)
+        );
+        assert!(stderr(&output).contains(var), "{}", stderr(&output));
+    }
 }
 
 /// Soname, exports and self-references of each simulated library.

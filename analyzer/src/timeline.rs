@@ -698,6 +698,7 @@ mod tests {
                 process_used: used,
                 device_used: used,
                 device_total: 1 << 30,
+                query_ns: 0,
             })
         };
         b.record(&sample(100, 500));

@@ -662,10 +662,11 @@ fn record() -> impl Strategy<Value = Record> {
             .prop_map(|(t, bias, start, end, path)| Record::Module(Module {
                 time_ns: t, bias, start, end, path: path.into(), build_id: vec![1, 2],
             })),
-        1 => (time.clone(), device, small_or_extreme(), small_or_extreme(), small_or_extreme())
-            .prop_map(|(t, device, process_used, device_used, device_total)| {
+        1 => (time.clone(), device, small_or_extreme(), small_or_extreme(), small_or_extreme(),
+              small_or_extreme())
+            .prop_map(|(t, device, process_used, device_used, device_total, query_ns)| {
                 Record::Sample(Sample { time_ns: t, device, process_used, device_used,
-                                        device_total })
+                                        device_total, query_ns })
             }),
         2 => (time.clone(), 0u32..3, 0u8..6, 0u64..3, 0u64..5, 0u64..4)
             .prop_map(|(t, tid, op, domain, name, range)| Record::Nvtx(Nvtx {

@@ -30,7 +30,7 @@
 //!  5 Module:      time, bias, start, end, path_len, path bytes, build_id_len, build_id bytes
 //!  6 Stats:       time, events, queue_waits, dropped
 //!  7 End:         time, events, queue_waits, dropped
-//!  8 Sample:      time, device(zz), process_used, device_used, device_total
+//!  8 Sample:      time, device(zz), process_used, device_used, device_total, query_ns
 //!  9 PyCode:      id, first_line, filename_len, filename bytes, name_len, name bytes
 //! 10 Nvtx:        dt*, tid, op, domain, name, range
 //! 11 NvtxString:  id, len, UTF-8 bytes

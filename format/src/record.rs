@@ -398,6 +398,10 @@ pub struct Sample {
     /// Bytes used on the device by all processes.
     pub device_used: u64,
     pub device_total: u64,
+    /// Nanoseconds from `time_ns` until NVML answered for this device (appended: 0 in
+    /// traces written before it). NVML's figure is of one moment in that window, so the
+    /// hooks' view to set against it is the most they tracked in it.
+    pub query_ns: u64,
 }
 
 /// A Python code object (function) that stack frames refer to: defined once, before the

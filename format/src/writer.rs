@@ -312,6 +312,7 @@ impl BlockEncoder {
                 m.process_used,
                 m.device_used,
                 m.device_total,
+                m.query_ns,
             ],
         );
     }

@@ -211,6 +211,7 @@ fn every_kind() -> Vec<Record> {
             process_used: 1 << 40,
             device_used: u64::MAX,
             device_total: 80 << 30,
+            query_ns: 1_250_000,
         }),
         Record::Sample(Sample::default()),
         Record::PyCode(PyCode {

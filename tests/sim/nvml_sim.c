@@ -7,6 +7,8 @@
  * Environment, read once by the first nvmlInit_v2 (the driver's own variables, same rules):
  *   SIMCUDA_CAPACITY   total bytes per device     default 17179869184 (16 GiB), at most 1 TiB
  *   SIMCUDA_DEVICES    number of devices          default 1, 1..64
+ *   SIMNVML_QUERY_US   microseconds a process query takes (a real one goes to the driver and
+ *                      takes about a millisecond)   default 0, at most 10000000
  * A malformed value is reported once on stderr and nvmlInit_v2 fails with NVML_ERROR_UNKNOWN.
  *
  * Values: on every query it looks for an already loaded libcuda.so.1
@@ -39,6 +41,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SIM_EXPORT __attribute__((visibility("default")))
@@ -58,17 +61,20 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int config_ok;
 static unsigned long long capacity;
 static unsigned int device_count;
+static unsigned long long query_us;
 static int init_count; /* nvmlInit_v2 minus nvmlShutdown; atomic */
 
 static void configure(void)
 {
-    unsigned long long cap = 0, n = 0;
+    unsigned long long cap = 0, n = 0, us = 0;
     const char *why = "nvmlInit_v2 will fail with NVML_ERROR_UNKNOWN";
     if (sim_env_number("simnvml", "SIMCUDA_CAPACITY", DEFAULT_CAPACITY, 0, MAX_CAPACITY, why,
                        &cap) != 0 ||
-        sim_env_number("simnvml", "SIMCUDA_DEVICES", 1, 1, MAX_DEVICES, why, &n) != 0)
+        sim_env_number("simnvml", "SIMCUDA_DEVICES", 1, 1, MAX_DEVICES, why, &n) != 0 ||
+        sim_env_number("simnvml", "SIMNVML_QUERY_US", 0, 0, 10000000, why, &us) != 0)
         return;
     capacity = cap;
+    query_us = us;
     device_count = (unsigned int)n;
     for (unsigned int i = 0; i < device_count; i++)
         devices[i].index = i;
@@ -264,6 +270,11 @@ static nvmlReturn_t process_list(nvmlDevice_t device, unsigned int *infoCount, i
     int i = index_of(device);
     if (i < 0 || infoCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (query_us > 0) {
+        struct timespec t = {(time_t)(query_us / 1000000), (long)(query_us % 1000000) * 1000};
+        while (nanosleep(&t, &t) != 0)
+            ; /* interrupted: sleep the rest */
+    }
     *used = used_on(i);
     *n = *used > 0 ? 1 : 0;
     if (*infoCount < *n) {

@@ -410,6 +410,7 @@ pub fn generate(path: &Path, target_bytes: u64) -> io::Result<SynthInfo> {
                 process_used: 40 << 30,
                 device_used: 42 << 30,
                 device_total: 80 << 30,
+                query_ns: 0,
             });
             g.info.records += 1;
         }

@@ -24,13 +24,15 @@
 //!
 //! Files: `model` (what the pass keeps and the reports read), `tally` (per-address and
 //! per-stack bookkeeping), `pass` (the `Replay` state machine), `ranges` (memory by NVTX
-//! range), `fates` (what became of the tensors live at a peak), and `replay()` below,
+//! range), `fates` (what became of the tensors live at a peak), `nvml` (NVML's samples
+//! against what the hooks tracked), and `replay()` below,
 //! which streams a trace through it.
 
 pub mod attempts;
 pub mod fates;
 mod level;
 mod model;
+mod nvml;
 mod pass;
 pub mod ranges;
 mod tally;

@@ -5,6 +5,7 @@ use std::collections::hash_map::{Entry, HashMap};
 
 use super::fates::{Fates, FatesResult};
 use super::model::*;
+use super::nvml::NvmlView;
 use super::ranges::{Ranges, RangesResult};
 use super::tally::{Held, RowState, Slot};
 use crate::fasthash::FastMap;
@@ -87,7 +88,7 @@ pub struct Replay {
     /// Python code objects by id (what Python frames in stacks name).
     python: HashMap<u64, PyCode>,
     pipeline: CaptureStats,
-    nvml: Vec<NvmlDevice>,
+    nvml: NvmlView,
     /// Set only inside `record_changes`: where `alloc` and `release` report changes.
     journal: Option<Vec<LiveChange>>,
     /// With `keeping_exit`: the releases since the last allocation, and the stack and time
@@ -384,6 +385,9 @@ impl Replay {
                 ranges.alloc(a.tid, &live, new_peak);
             }
         }
+        if self.nvml.waiting() {
+            self.nvml_saw(a.time_ns);
+        }
     }
 
     #[inline(never)]
@@ -462,43 +466,34 @@ impl Replay {
 
     pub(super) fn sample(&mut self, m: &Sample) {
         self.saw_time(m.time_ns);
-        // Physical memory, as NVML counts it: device memory, with each VMM handle's bytes
-        // once whether mapped or not (its mappings, in the device row, count instead).
+        let tracked = self.tracked_on(m.device);
+        self.nvml.sample(m, tracked);
+    }
+
+    /// What the hooks track on `device` as NVML counts it: device memory, with each VMM
+    /// handle's bytes once whether mapped or not (its mappings, in the device row, count
+    /// instead).
+    fn tracked_on(&self, device: i32) -> u64 {
         let live = |kind: MemKind| {
             (self.rows.iter())
-                .find(|(key, _)| *key == (m.device, kind))
+                .find(|(key, _)| *key == (device, kind))
                 .map_or(0, |(_, row)| row.counters.live_bytes)
         };
         let mapped = (self.mapped.iter())
-            .find(|(d, _)| *d == m.device)
+            .find(|(d, _)| *d == device)
             .map_or(0, |(_, b)| *b);
-        let tracked = live(MemKind::Device)
+        live(MemKind::Device)
             .saturating_sub(mapped)
-            .saturating_add(live(MemKind::VmmHandle));
-        let index = match self.nvml.iter().position(|d| d.device == m.device) {
-            Some(i) => i,
-            None => {
-                self.nvml.push(NvmlDevice {
-                    device: m.device,
-                    ..NvmlDevice::default()
-                });
-                self.nvml.len() - 1
-            }
-        };
-        let d = &mut self.nvml[index];
-        d.samples += 1;
-        // Of the samples at the peak value, keep the one where the hooks tracked the
-        // most: a sample NVML took between an allocation and its event's stamp sees the
-        // memory before the hooks do, and would count it as untracked.
-        if d.samples == 1
-            || m.process_used > d.peak.process_used
-            || (m.process_used == d.peak.process_used && tracked > d.tracked_at_peak)
-        {
-            d.peak = *m;
-            d.tracked_at_peak = tracked;
-        }
-        d.last = *m;
-        d.tracked_at_last = tracked;
+            .saturating_add(live(MemKind::VmmHandle))
+    }
+
+    /// An allocation at `time_ns` was applied while an NVML sample's window is open.
+    #[cold]
+    #[inline(never)]
+    fn nvml_saw(&mut self, time_ns: u64) {
+        let mut view = std::mem::take(&mut self.nvml);
+        view.saw(time_ns, |device| self.tracked_on(device));
+        self.nvml = view;
     }
 
     /// Removes the allocation a free at `time_ns` releases: of those live at `address`,
@@ -634,11 +629,7 @@ impl Replay {
                 a.sort_by_key(|f| (f.device, f.framework));
                 a
             },
-            nvml: {
-                let mut nvml = self.nvml;
-                nvml.sort_by_key(|d| d.device);
-                nvml
-            },
+            nvml: self.nvml.finish(),
         }
     }
 }

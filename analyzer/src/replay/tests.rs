@@ -429,6 +429,7 @@ fn nvml_samples_are_set_against_tracked_device_bytes() {
             process_used: used,
             device_used: used,
             device_total: 1000,
+            query_ns: 0,
         })
     };
     let r = run(vec![
@@ -444,11 +445,59 @@ fn nvml_samples_are_set_against_tracked_device_bytes() {
     assert_eq!(r.nvml.len(), 1);
     let d = r.nvml[0];
     assert_eq!(d.samples, 4);
-    assert_eq!((d.peak.time_ns, d.peak.process_used), (4, 164));
+    // The sample at 2 is set against the allocation stamped at 2 too: an allocation's
+    // stamp is when its call returned, after the driver counted it.
+    assert_eq!((d.peak.time_ns, d.peak.process_used), (2, 164));
     assert_eq!((d.tracked_at_peak, d.untracked_at_peak()), (100, 64));
     assert_eq!(
         (d.last.time_ns, d.tracked_at_last, d.untracked_at_last()),
         (6, 0, 64)
+    );
+}
+
+/// NVML answered for a moment in its query's window (`query_ns`): a 300-byte buffer
+/// allocated and freed inside it may be in NVML's figure, so the sample is set against the
+/// most the hooks tracked in the window, and nothing beyond the 64-byte context is
+/// called untracked. An allocation after the window does not count.
+#[test]
+fn an_nvml_sample_is_set_against_the_most_tracked_while_nvml_answered() {
+    let sample = |t, used, query_ns| {
+        Record::Sample(Sample {
+            time_ns: t,
+            device: 0,
+            process_used: used,
+            device_used: used,
+            device_total: 1000,
+            query_ns,
+        })
+    };
+    let r = run(vec![
+        alloc(1, 0, D, 0x1000, 100, 1),
+        sample(10, 464, 20),
+        alloc(15, 0, D, 0x2000, 300, 1),
+        free(18, 0x2000),
+        alloc(31, 0, D, 0x3000, 500, 1),
+        free(32, 0x3000),
+        sample(40, 164, 0),
+    ]);
+    let d = r.nvml[0];
+    assert_eq!(d.samples, 2);
+    assert_eq!(
+        (d.peak.time_ns, d.tracked_at_peak, d.untracked_at_peak()),
+        (10, 400, 64)
+    );
+    assert_eq!((d.last.time_ns, d.tracked_at_last), (40, 100));
+
+    // The same samples written before `query_ns` (0): the window is the stamp alone.
+    let r = run(vec![
+        alloc(1, 0, D, 0x1000, 100, 1),
+        sample(10, 464, 0),
+        alloc(15, 0, D, 0x2000, 300, 1),
+        free(18, 0x2000),
+    ]);
+    assert_eq!(
+        (r.nvml[0].tracked_at_peak, r.nvml[0].untracked_at_peak()),
+        (100, 364)
     );
 }
 
@@ -541,6 +590,7 @@ fn nvml_counts_each_vmm_handle_once_mapped_or_not() {
             process_used: used,
             device_used: used,
             device_total: 1 << 30,
+            query_ns: 0,
         })
     };
     let mapping = |t: u64, address: u64| {

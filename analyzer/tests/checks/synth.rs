@@ -120,6 +120,7 @@ pub fn sample(t: u64, device: i32, process_used: u64, device_used: u64, total: u
         process_used,
         device_used,
         device_total: total,
+        query_ns: 0,
     })
 }
 

@@ -542,6 +542,7 @@ pub fn decode(
             process_used: f.u64("process_used")?,
             device_used: f.u64("device_used")?,
             device_total: f.u64("device_total")?,
+            query_ns: if f.at_end() { 0 } else { f.u64("query_ns")? },
         }),
         kind::PY_CODE => {
             let id = f.u64("id")?;

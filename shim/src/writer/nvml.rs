@@ -11,6 +11,7 @@
 //! printed. A process in another PID namespace than the driver sees no entry for its
 //! pid and records nothing (documented in the README's limits).
 
+use crate::sys::clock;
 use crate::sys::dl as dlsym;
 use gpumemprof_format::Sample;
 use std::ffi::{c_int, c_uint, c_void, CStr};
@@ -115,8 +116,11 @@ impl Nvml {
     /// Appends a sample for every device this process uses now or used at the
     /// previous sample (so the drop to zero is seen).
     pub fn sample(&mut self, time_ns: u64, out: &mut Vec<Sample>) {
+        let start = clock::now_ns();
         for i in 0..self.devices.len() {
             let used = self.process_used(i);
+            // NVML's figure is of a moment between the stamp and now.
+            let query_ns = clock::now_ns().saturating_sub(start);
             let listed = used.is_some();
             if listed || self.listed[i] {
                 let mut m = Memory::default();
@@ -128,6 +132,7 @@ impl Nvml {
                         process_used: used.unwrap_or(0),
                         device_used: m.used,
                         device_total: m.total,
+                        query_ns,
                     });
                 }
             }
