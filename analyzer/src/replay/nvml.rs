@@ -11,6 +11,10 @@
 use super::model::NvmlDevice;
 use gpumemprof_format::Sample;
 
+/// The longest window a sample is held open: a real NVML query takes about a millisecond,
+/// and a damaged or hostile `query_ns` must not stretch one sample over the whole trace.
+const MAX_QUERY_NS: u64 = 1_000_000_000;
+
 /// A sample whose window the replay has not passed yet.
 #[derive(Debug)]
 struct Open {
@@ -40,7 +44,7 @@ impl NvmlView {
         self.close_before(m.time_ns);
         self.open.push(Open {
             sample: *m,
-            until: m.time_ns.saturating_add(m.query_ns),
+            until: m.time_ns.saturating_add(m.query_ns.min(MAX_QUERY_NS)),
             tracked,
         });
     }

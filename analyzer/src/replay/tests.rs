@@ -488,6 +488,15 @@ fn an_nvml_sample_is_set_against_the_most_tracked_while_nvml_answered() {
     );
     assert_eq!((d.last.time_ns, d.tracked_at_last), (40, 100));
 
+    // A window of a damaged length is held open for a second at most.
+    let r = run(vec![
+        alloc(1, 0, D, 0x1000, 100, 1),
+        sample(10, 464, u64::MAX),
+        alloc(1_000_000_010, 0, D, 0x2000, 300, 1),
+        alloc(1_000_000_011, 0, D, 0x3000, 500, 1),
+    ]);
+    assert_eq!(r.nvml[0].tracked_at_peak, 400);
+
     // The same samples written before `query_ns` (0): the window is the stamp alone.
     let r = run(vec![
         alloc(1, 0, D, 0x1000, 100, 1),
