@@ -3,8 +3,8 @@
  * PYTORCH_NO_CUDA_MEMORY_CACHING=1 (a cudaMalloc and a cudaFree per tensor, every step, the
  * same bytes each step). Lots of memory is allocated, none of it new: the level never rises
  * after the first round. A profiler that asks NVML again after every 16 MiB allocated would
- * ask it every round; on a real GPU each NVML query takes the driver's lock that cudaMalloc
- * and cudaFree need, and the job slows down.
+ * ask it every round; on a real GPU each NVML query is a call into the kernel driver, as cudaMalloc
+ * and cudaFree are, and such a job ran 10% slower (docs/VALIDATION.md).
  *
  * Usage: nvml_churn [ROUNDS [MIB [HOLD_US]]] (defaults 100, 48, 2000): ROUNDS times,
  * cudaMalloc of MIB MiB on device 0, hold it HOLD_US microseconds, cudaFree it. Nothing is

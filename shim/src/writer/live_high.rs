@@ -5,8 +5,9 @@
 //! A rise between two samples would leave NVML's view from before it as the most the process
 //! used, so the writer samples again after a rise. Counting the bytes allocated since the last
 //! sample instead made every allocation a rise: a job that allocates and frees the same bytes
-//! each step (PyTorch without its cache) was sampled every 10 ms on a real GPU, and each query
-//! takes the driver's lock the job's cudaMalloc and cudaFree need (docs/VALIDATION.md).
+//! each step (PyTorch without its cache) was sampled every 10 ms on a real GPU, each query a
+//! call into the kernel driver as the job's cudaMalloc and cudaFree are, and the job ran 10%
+//! slower with the shim (docs/VALIDATION.md).
 //!
 //! The writer samples some milliseconds after the events it emits, so memory that rises and
 //! falls within a step may have fallen again when the sample is taken: then the sample is
