@@ -158,10 +158,15 @@ def oom_measured(tools, trace):
     return measured
 
 
+def asked_torch_modes():
+    """The names in GPUMEMPROF_GPU_SUITE_TORCH_MODES (a comma list; suite.py refuses a name
+    that is not one of TORCH_MODES')."""
+    return [m for m in os.environ.get("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "").split(",") if m]
+
+
 def torch_modes():
-    """The PyTorch allocator modes to run: GPUMEMPROF_GPU_SUITE_TORCH_MODES (a comma list
-    of TORCH_MODES' names; suite.py refuses others), else all of them."""
-    only = [m for m in os.environ.get("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "").split(",") if m]
+    """The PyTorch allocator modes to run: those asked for, else all of them."""
+    only = asked_torch_modes()
     return [(m, env) for m, env in TORCH_MODES if not only or m in only]
 
 

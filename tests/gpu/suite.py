@@ -56,11 +56,11 @@ def main():
         print("suite.py: unknown group(s) %s; known: %s" % (unknown, ", ".join(GROUPS)),
               file=sys.stderr)
         return 2
-    modes = [m for m in os.environ.get("GPUMEMPROF_GPU_SUITE_TORCH_MODES", "").split(",") if m]
     known = [m for m, _ in frameworks.TORCH_MODES]
-    if [m for m in modes if m not in known]:
-        print("suite.py: unknown PyTorch mode(s) %s; known: %s" % (
-            [m for m in modes if m not in known], ", ".join(known)), file=sys.stderr)
+    unknown = [m for m in frameworks.asked_torch_modes() if m not in known]
+    if unknown:
+        print("suite.py: unknown PyTorch mode(s) %s; known: %s" % (unknown, ", ".join(known)),
+              file=sys.stderr)
         return 2
     work = os.environ.get("GPUMEMPROF_GPU_SUITE_WORK") or tempfile.mkdtemp(
         prefix="gpumemprof-gpu-suite.")
