@@ -420,18 +420,22 @@ fn a_range_free_of_nothing_live_is_one_unknown_free() {
     assert_eq!(r.unknown_frees, 1);
 }
 
+/// An NVML sample of device 0 at `t`: the process (the only one on the device) uses `used`
+/// bytes; NVML answered within `query_ns`.
+fn nvml_sample(t: u64, used: u64, query_ns: u64) -> Record {
+    Record::Sample(Sample {
+        time_ns: t,
+        device: 0,
+        process_used: used,
+        device_used: used,
+        device_total: 1 << 30,
+        query_ns,
+    })
+}
+
 #[test]
 fn nvml_samples_are_set_against_tracked_device_bytes() {
-    let sample = |t, used| {
-        Record::Sample(Sample {
-            time_ns: t,
-            device: 0,
-            process_used: used,
-            device_used: used,
-            device_total: 1000,
-            query_ns: 0,
-        })
-    };
+    let sample = |t, used| nvml_sample(t, used, 0);
     let r = run(vec![
         sample(1, 64),
         // NVML already sees the 100 bytes whose allocation is stamped at 2.
@@ -461,16 +465,7 @@ fn nvml_samples_are_set_against_tracked_device_bytes() {
 /// called untracked. An allocation after the window does not count.
 #[test]
 fn an_nvml_sample_is_set_against_the_most_tracked_while_nvml_answered() {
-    let sample = |t, used, query_ns| {
-        Record::Sample(Sample {
-            time_ns: t,
-            device: 0,
-            process_used: used,
-            device_used: used,
-            device_total: 1000,
-            query_ns,
-        })
-    };
+    let sample = nvml_sample;
     let r = run(vec![
         alloc(1, 0, D, 0x1000, 100, 1),
         sample(10, 464, 20),
@@ -592,16 +587,7 @@ fn nvml_counts_each_vmm_handle_once_mapped_or_not() {
         {"id": 20, "name": "cuMemCreate"}, {"id": 21, "name": "cuMemMap"},
     ]});
     let mut r = Replay::new().of_header(&header);
-    let sample = |t: u64, used: u64| {
-        Record::Sample(Sample {
-            time_ns: t,
-            device: 0,
-            process_used: used,
-            device_used: used,
-            device_total: 1 << 30,
-            query_ns: 0,
-        })
-    };
+    let sample = |t: u64, used: u64| nvml_sample(t, used, 0);
     let mapping = |t: u64, address: u64| {
         Record::Alloc(Alloc {
             api: 21,

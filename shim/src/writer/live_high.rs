@@ -106,40 +106,9 @@ impl LiveHigh {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumemprof_format::{Alloc, Free};
+    use crate::writer::pending::made::{alloc, alloc_of, failed_free, free};
 
     const MIB: u64 = 1 << 20;
-
-    fn alloc(address: u64, size: u64, kind: MemKind) -> Pending {
-        Pending::Alloc(Alloc {
-            time_ns: 0,
-            tid: 1,
-            api: 0,
-            kind,
-            device: 0,
-            address,
-            size,
-            stream: 0,
-            pool: 0,
-            stack: 0,
-        })
-    }
-
-    fn free(address: u64, size: u64, flags: u8, result: u32) -> Pending {
-        Pending::Free(Free {
-            time_ns: 0,
-            tid: 1,
-            api: 0,
-            address,
-            stream: 0,
-            stack: 0,
-            result,
-            flags,
-            kind: MemKind::Device,
-            size,
-        })
-    }
-
     const MS: u64 = 1_000_000;
 
     /// PyTorch without its cache: 48 MiB allocated and freed 100 times, each sample taken
@@ -148,19 +117,19 @@ mod tests {
     fn memory_that_churns_at_one_level_rises_once() {
         let mut l = LiveHigh::default();
         assert_eq!(l.due(0), None);
-        l.apply(&alloc(0x1000, 48 * MIB, MemKind::Device));
+        l.apply(&alloc(0, 0x1000, 48 * MIB));
         assert_eq!((l.risen(), l.due(0)), (48 * MIB, Some(10 * MS)));
         l.sampled();
         for _ in 0..100 {
-            l.apply(&free(0x1000, 0, 0, 0));
-            l.apply(&alloc(0x1000, 48 * MIB, MemKind::Device));
+            l.apply(&free(0, 0x1000, 0, 0));
+            l.apply(&alloc(0, 0x1000, 48 * MIB));
             assert_eq!((l.risen(), l.due(0)), (0, None));
         }
         // A new high counts from the old one: 48 + 20 MiB is 20 MiB above it; 15 MiB is
         // not enough.
-        l.apply(&alloc(0x9000_0000, 15 * MIB, MemKind::Device));
+        l.apply(&alloc(0, 0x9000_0000, 15 * MIB));
         assert_eq!((l.risen(), l.due(0)), (15 * MIB, None));
-        l.apply(&alloc(0xa000_0000, 5 * MIB, MemKind::Device));
+        l.apply(&alloc(0, 0xa000_0000, 5 * MIB));
         assert_eq!((l.risen(), l.due(7 * MS)), (20 * MIB, Some(17 * MS)));
     }
 
@@ -169,8 +138,8 @@ mod tests {
     #[test]
     fn a_high_the_sample_missed_is_sampled_again_five_times_later_and_later() {
         let mut l = LiveHigh::default();
-        l.apply(&alloc(0x1000, 30 * MIB, MemKind::Device));
-        l.apply(&free(0x1000, 0, 0, 0));
+        l.apply(&alloc(0, 0x1000, 30 * MIB));
+        l.apply(&free(0, 0x1000, 0, 0));
         assert_eq!(l.due(0), Some(10 * MS));
         for wait in [20, 40, 80, 160, 320] {
             l.sampled();
@@ -178,9 +147,9 @@ mod tests {
         }
         l.sampled();
         assert_eq!((l.risen(), l.due(0), l.mark), (0, None, 30 * MIB));
-        l.apply(&alloc(0x1000, 30 * MIB, MemKind::Device));
+        l.apply(&alloc(0, 0x1000, 30 * MIB));
         assert_eq!(l.due(0), None);
-        l.apply(&alloc(0x9000_0000, 16 * MIB, MemKind::Device));
+        l.apply(&alloc(0, 0x9000_0000, 16 * MIB));
         assert_eq!(l.due(0), Some(10 * MS));
     }
 
@@ -188,9 +157,9 @@ mod tests {
     #[test]
     fn a_sample_taken_near_the_high_is_not_taken_again() {
         let mut l = LiveHigh::default();
-        l.apply(&alloc(0x1000, 30 * MIB, MemKind::Device));
-        l.apply(&alloc(0x9000_0000, 8 * MIB, MemKind::Device));
-        l.apply(&free(0x9000_0000, 0, 0, 0));
+        l.apply(&alloc(0, 0x1000, 30 * MIB));
+        l.apply(&alloc(0, 0x9000_0000, 8 * MIB));
+        l.apply(&free(0, 0x9000_0000, 0, 0));
         l.sampled();
         assert_eq!((l.due(0), l.mark, l.high), (None, 38 * MIB, 30 * MIB));
     }
@@ -200,17 +169,17 @@ mod tests {
     #[test]
     fn device_memory_and_unmapped_ranges_count_as_the_hooks_record_them() {
         let mut l = LiveHigh::default();
-        l.apply(&alloc(0x1000, 8 * MIB, MemKind::PinnedHost));
-        l.apply(&alloc(0x2000, 8 * MIB, MemKind::Managed));
-        l.apply(&alloc(0x3000, 8 * MIB, MemKind::VmmHandle));
+        l.apply(&alloc_of(MemKind::PinnedHost, 0, 0x1000, 8 * MIB));
+        l.apply(&alloc_of(MemKind::Managed, 0, 0x2000, 8 * MIB));
+        l.apply(&alloc_of(MemKind::VmmHandle, 0, 0x3000, 8 * MIB));
         assert_eq!((l.bytes, l.risen()), (0, 0));
         let page = 2 * MIB;
         for i in 0..3 {
-            l.apply(&alloc(0x7000_0000 + i * page, page, MemKind::Device));
+            l.apply(&alloc(0, 0x7000_0000 + i * page, page));
         }
-        l.apply(&free(0x7000_0000, 0, 0, 1));
+        l.apply(&failed_free(1, 0, 0x7000_0000));
         assert_eq!(l.bytes, 6 * MIB);
-        l.apply(&free(0x7000_0000, 2 * page, FREE_RANGE, 0));
+        l.apply(&free(0, 0x7000_0000, FREE_RANGE, 2 * page));
         assert_eq!(l.bytes, 2 * MIB);
         assert_eq!(l.risen(), 6 * MIB);
         l.sampled();

@@ -93,6 +93,59 @@ impl Pending {
     }
 }
 
+/// Events for the writer's tests (the flight recorder's, `live_high`'s).
+#[cfg(test)]
+pub(crate) mod made {
+    use super::Pending;
+    use gpumemprof_format::{Alloc, Free, MemKind};
+
+    /// A device allocation at `t` (thread 1, device 0, no stack).
+    pub fn alloc(t: u64, address: u64, size: u64) -> Pending {
+        alloc_of(MemKind::Device, t, address, size)
+    }
+
+    /// An allocation of `kind` memory, as `alloc`.
+    pub fn alloc_of(kind: MemKind, t: u64, address: u64, size: u64) -> Pending {
+        Pending::Alloc(Alloc {
+            time_ns: t,
+            tid: 1,
+            api: 1,
+            kind,
+            device: 0,
+            address,
+            size,
+            stream: 0,
+            pool: 0,
+            stack: 0,
+        })
+    }
+
+    /// A free of device memory at `t` that succeeded (`flags`: `FREE_RANGE` with `size`).
+    pub fn free(t: u64, address: u64, flags: u8, size: u64) -> Pending {
+        free_with(0, t, address, flags, size)
+    }
+
+    /// A free that failed with `result`.
+    pub fn failed_free(result: u32, t: u64, address: u64) -> Pending {
+        free_with(result, t, address, 0, 0)
+    }
+
+    fn free_with(result: u32, t: u64, address: u64, flags: u8, size: u64) -> Pending {
+        Pending::Free(Free {
+            time_ns: t,
+            tid: 1,
+            api: 2,
+            address,
+            stream: 0,
+            stack: 0,
+            result,
+            flags,
+            kind: MemKind::Device,
+            size,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

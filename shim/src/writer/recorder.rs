@@ -123,37 +123,7 @@ fn apply(base: &mut [FxMap<u64, Alloc>; 3], tensors: &mut FxMap<u64, PendingTens
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumemprof_format::{Free, MemKind};
-
-    fn alloc(t: u64, address: u64, size: u64) -> Pending {
-        Pending::Alloc(Alloc {
-            time_ns: t,
-            tid: 1,
-            api: 1,
-            kind: MemKind::Device,
-            device: 0,
-            address,
-            size,
-            stream: 0,
-            pool: 0,
-            stack: 0,
-        })
-    }
-
-    fn free(t: u64, address: u64, flags: u8, size: u64) -> Pending {
-        Pending::Free(Free {
-            time_ns: t,
-            tid: 1,
-            api: 2,
-            address,
-            stream: 0,
-            stack: 0,
-            result: 0,
-            flags,
-            kind: MemKind::Device,
-            size,
-        })
-    }
+    use crate::writer::pending::made::{alloc, free};
 
     fn address(p: &Pending) -> u64 {
         match p {
