@@ -8,10 +8,6 @@ use gpumemprof_tests::sim_dir;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-fn ok(run: &Run) {
-    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
-}
-
 /// The environment of the simulated NVML with a 64 MiB context, and `more`.
 fn nvml_env(more: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     let mut env = vec![
@@ -25,7 +21,7 @@ fn nvml_env(more: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
 fn run_nvml(dir: &str, program: &str, args: &[&str], env: &[(&'static str, String)]) -> Run {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let run = run_profiled(&scratch(dir), program, args, &env);
-    ok(&run);
+    run.assert_ok();
     run
 }
 
@@ -53,7 +49,7 @@ fn nvml_samples_show_the_memory_the_hooks_did_not_see() {
     // Without NVML on the library path: no samples, and nothing printed about it.
     let dir = scratch("nvml_absent");
     let run = run_profiled(&dir, "nvml_gap", &[], &[("GPUMEMPROF_NVML_MS", "20")]);
-    ok(&run);
+    run.assert_ok();
     assert_eq!(shim_lines(&run.stderr()).len(), 2, "{}", run.stderr());
     let s = report("summary", &run.trace, &[]);
     assert_eq!(s["nvml"], serde_json::json!([]));

@@ -69,10 +69,6 @@ fn map<V: Clone>(pairs: &[(&str, V)]) -> BTreeMap<String, V> {
         .collect()
 }
 
-fn ok(run: &Run) {
-    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
-}
-
 fn row<'a>(summary: &'a serde_json::Value, device: i64, kind: &str) -> &'a serde_json::Value {
     summary["rows"]
         .as_array()
@@ -87,7 +83,7 @@ fn row<'a>(summary: &'a serde_json::Value, device: i64, kind: &str) -> &'a serde
 fn a_program_linked_to_the_driver_is_seen_call_by_call() {
     let dir = scratch("paths_drv_linked");
     let run = run_profiled(&dir, "drv_linked", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let (t, records) = tally(&run.trace);
     assert_eq!(
         t.allocs,
@@ -151,7 +147,7 @@ fn a_program_linked_to_the_driver_is_seen_call_by_call() {
 fn the_static_cudart_way_through_the_resolver_is_seen_and_errors_pass_through() {
     let dir = scratch("paths_drv_resolver");
     let run = run_profiled(&dir, "drv_resolver", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let out = run.stdout();
     // The driver's answers are untouched: a missing function is its error and NULL,
     // and the version argument still picks the v1 ABI.
@@ -184,7 +180,7 @@ fn the_static_cudart_way_through_the_resolver_is_seen_and_errors_pass_through() 
 fn a_resolver_asked_on_every_call_still_substitutes_every_time() {
     let dir = scratch("paths_resolve_per_call");
     let run = run_profiled(&dir, "bench_resolve", &["500"], &[]);
-    ok(&run);
+    run.assert_ok();
     let (t, _) = tally(&run.trace);
     // 1000 warm-up rounds and 500 timed ones.
     assert_eq!(t.allocs, map(&[("cuMemAlloc_v2", (1500, 1500 * 4096))]));
@@ -196,7 +192,7 @@ fn a_resolver_asked_on_every_call_still_substitutes_every_time() {
 fn the_tensorflow_way_of_dlsym_on_a_local_handle_is_seen() {
     let dir = scratch("paths_drv_dlsym");
     let run = run_profiled(&dir, "drv_dlsym", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let (t, records) = tally(&run.trace);
     assert_eq!(t.allocs, map(&[("cuMemAlloc_v2", (2, 16 * MIB))]));
     assert_eq!(t.frees, map(&[("cuMemFree_v2", 1)]));
@@ -213,7 +209,7 @@ fn the_tensorflow_way_of_dlsym_on_a_local_handle_is_seen() {
 fn expandable_segments_count_mapped_memory_once_with_exact_peak_and_live_bytes() {
     let dir = scratch("paths_vmm");
     let run = run_profiled(&dir, "vmm_expandable", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let (t, records) = tally(&run.trace);
     assert_eq!(
         t.allocs,
@@ -327,7 +323,7 @@ fn a_second_preloaded_library_still_finds_its_next_function() {
 fn per_thread_stream_lookups_get_the_ptsz_functions() {
     let dir = scratch("paths_ptsz");
     let run = run_profiled(&dir, "ptsz_lookup", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let out = run.stdout();
     assert!(out.contains("alloc_pointers_differ=1\n"), "{out}");
     assert!(out.contains("free_pointers_differ=1\n"), "{out}");
@@ -351,7 +347,7 @@ fn per_thread_stream_lookups_get_the_ptsz_functions() {
 fn a_runtime_call_that_goes_through_the_driver_is_counted_once() {
     let dir = scratch("paths_once");
     let run = run_profiled(&dir, "cudart_once", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let (t, _) = tally(&run.trace);
     assert_eq!(t.allocs, map(&[("cudaMalloc", (2, 16 * MIB))]));
     assert_eq!(t.frees, map(&[("cudaFree", 1)]));
@@ -365,7 +361,7 @@ fn a_runtime_call_that_goes_through_the_driver_is_counted_once() {
 fn hip_allocations_are_seen_with_the_same_semantics() {
     let dir = scratch("paths_hip");
     let run = run_profiled(&dir, "hip_alloc", &[], &[]);
-    ok(&run);
+    run.assert_ok();
     let (t, records) = tally(&run.trace);
     assert_eq!(
         t.allocs,

@@ -27,6 +27,10 @@ impl Run {
     pub fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.output.stderr).into_owned()
     }
+    /// Panics with the program's stderr unless it exited 0.
+    pub fn assert_ok(&self) {
+        assert_eq!(self.output.status.code(), Some(0), "{}", self.stderr());
+    }
 }
 
 /// Runs a built C program with the shim preloaded, writing `dir/<name>.trace`.
