@@ -490,6 +490,37 @@ fn few_tracked_bytes_and_nvml_point_at_untracked_memory() {
     );
 }
 
+/// Another thread allocates while the failing one waits for its sample: memory tracked
+/// before NVML answered is not memory the hooks missed.
+#[test]
+fn the_sample_at_the_failure_is_set_against_the_most_tracked_while_nvml_answered() {
+    let dir = TempDir::new("oom", "nvml_window");
+    let mut at_failure = synth::sample(2 * S + 20, 0, 5 * GIB, 15 * GIB, 16 * GIB);
+    if let Record::Sample(m) = &mut at_failure {
+        m.query_ns = 100;
+    }
+    let trace = write_trace(
+        &dir,
+        vec![
+            alloc(S, 0, DEV, 0xa000, 2 * GIB, 0),
+            oom(2 * S, 9, 2 * GIB, 0, GIB, 16 * GIB),
+            // Thread 7 (not the failing 9) between the failure and NVML's answer.
+            alloc(2 * S + 10, 0, DEV, 0xb000, GIB, 0),
+            at_failure,
+            alloc(2 * S + 50, 0, DEV, 0xc000, GIB / 2, 0), // in the window [+20, +120]
+            free(2 * S + 60, 0xc000),
+            alloc(2 * S + 500, 0, DEV, 0xd000, 4 * GIB, 0), // after it
+        ],
+    );
+    let v = oom_json(&trace, &[]);
+    assert_eq!(v["nvml"]["at_failure"], true);
+    assert_eq!(v["nvml"]["time_ns"], 2 * S + 20);
+    assert_eq!(v["nvml"]["tracked_bytes"], 3 * GIB + GIB / 2);
+    assert_eq!(v["nvml"]["untracked_bytes"], GIB + GIB / 2);
+    // The failure's own figures are still the moment it failed.
+    assert_eq!(v["live"]["bytes"], 2 * GIB);
+}
+
 #[test]
 fn a_pinned_host_failure_counts_pinned_host_memory_only() {
     let dir = TempDir::new("oom", "pinned");

@@ -39,6 +39,7 @@ mod tally;
 
 pub use level::{has_tensors, MemoryLevel};
 pub use model::*;
+pub use nvml::window_end;
 pub use pass::{Replay, Replayed};
 
 use std::io::Read;

@@ -15,6 +15,12 @@ use gpumemprof_format::Sample;
 /// and a damaged or hostile `query_ns` must not stretch one sample over the whole trace.
 const MAX_QUERY_NS: u64 = 1_000_000_000;
 
+/// The end of the window a sample stays open over (ns): its stamp plus its query's length,
+/// at most `MAX_QUERY_NS`.
+pub fn window_end(m: &Sample) -> u64 {
+    m.time_ns.saturating_add(m.query_ns.min(MAX_QUERY_NS))
+}
+
 /// A sample whose window the replay has not passed yet.
 #[derive(Debug)]
 struct Open {
@@ -44,7 +50,7 @@ impl NvmlView {
         self.close_before(m.time_ns);
         self.open.push(Open {
             sample: *m,
-            until: m.time_ns.saturating_add(m.query_ns.min(MAX_QUERY_NS)),
+            until: window_end(m),
             tracked,
         });
     }

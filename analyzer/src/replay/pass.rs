@@ -473,7 +473,7 @@ impl Replay {
     /// What the hooks track on `device` as NVML counts it: device memory, with each VMM
     /// handle's bytes once whether mapped or not (its mappings, in the device row, count
     /// instead).
-    fn tracked_on(&self, device: i32) -> u64 {
+    pub fn tracked_on(&self, device: i32) -> u64 {
         let live = |kind: MemKind| {
             (self.rows.iter())
                 .find(|(key, _)| *key == (device, kind))

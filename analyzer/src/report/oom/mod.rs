@@ -359,23 +359,15 @@ fn growth(
     }
 }
 
-/// The NVML sample taken at the failure (the live device memory then is the replay's at
-/// the failure), else the latest before it.
+/// The NVML sample taken at the failure, set against the most the hooks tracked while NVML
+/// answered (`scan::NvmlSeen`), else the latest before it (as `summary` sets it).
 fn nvml_at_failure(failure: &Failure, moment: &Moment) -> Option<NvmlAtFailure> {
     let call = &failure.call;
     if call.kind == MemKind::PinnedHost {
         return None;
     }
     let (s, tracked, at_failure) = match failure.nvml {
-        Some(s) => {
-            let tracked = moment
-                .replayed
-                .live
-                .iter()
-                .filter(|a| a.device == call.device && a.kind == MemKind::Device)
-                .fold(0u64, |t, a| t.saturating_add(a.size));
-            (s, tracked, true)
-        }
+        Some(seen) => (seen.sample, seen.tracked, true),
         None => {
             let d = moment
                 .replayed

@@ -43,7 +43,16 @@ pub struct Failure {
     pub attempts: Option<Attempted>,
     /// The NVML sample of its device taken at the failure (the shim samples while the
     /// failing thread waits for its flush: before that thread's next event), if any.
-    pub nvml: Option<Sample>,
+    pub nvml: Option<NvmlSeen>,
+}
+
+/// An NVML sample and the most device memory the hooks tracked on its device while NVML
+/// answered (`replay::window_end`): other threads may allocate between the failure and the
+/// answer, and that memory is not "untracked".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmlSeen {
+    pub sample: Sample,
+    pub tracked: u64,
 }
 
 /// A refusal's failed CUDA calls: how many, and the last one's API and size.
@@ -217,6 +226,8 @@ pub struct Classifier {
     absorbed: u64,
     /// Kept failures waiting for their NVML sample: (ordinal, thread, device, time).
     awaiting_sample: Vec<(u64, u32, i32, u64)>,
+    /// Kept failures whose sample's window is open: (ordinal, device, end of the window).
+    open_windows: Vec<(u64, i32, u64)>,
 }
 
 impl Observer for Classifier {
@@ -240,6 +251,12 @@ impl Observer for Classifier {
     }
 
     fn changes(&mut self, _time_ns: u64, _changes: &[LiveChange]) {}
+
+    fn applied(&mut self, time_ns: u64, _changes: &[LiveChange], replay: &Replay) {
+        if !self.open_windows.is_empty() {
+            self.track_windows(time_ns, replay);
+        }
+    }
 }
 
 impl Classifier {
@@ -248,7 +265,7 @@ impl Classifier {
     fn sample_or_event(&mut self, record: &Record) {
         let tid = match record {
             Record::Sample(m) => {
-                let kept = &mut self.kept;
+                let (kept, windows) = (&mut self.kept, &mut self.open_windows);
                 self.awaiting_sample.retain(|&(ordinal, _, device, time)| {
                     if m.time_ns > time.saturating_add(NVML_AT_FAILURE_NS) {
                         return false; // too late to be the failure's
@@ -257,7 +274,11 @@ impl Classifier {
                         return true;
                     }
                     if let Some(f) = kept.get_mut(&ordinal) {
-                        f.nvml = Some(*m);
+                        f.nvml = Some(NvmlSeen {
+                            sample: *m,
+                            tracked: 0,
+                        });
+                        windows.push((ordinal, device, crate::replay::window_end(m)));
                     }
                     false
                 });
@@ -270,6 +291,25 @@ impl Classifier {
             _ => return,
         };
         self.awaiting_sample.retain(|&(_, t, _, _)| t != tid);
+    }
+
+    /// A record at `time_ns` was applied: each open window ends after it, or takes what the
+    /// hooks track on its device now if that is more (the sample's own record opens it with
+    /// what they tracked at its stamp).
+    fn track_windows(&mut self, time_ns: u64, replay: &Replay) {
+        let kept = &mut self.kept;
+        self.open_windows.retain(|&(ordinal, device, until)| {
+            if time_ns > until {
+                return false;
+            }
+            match kept.get_mut(&ordinal).and_then(|f| f.nvml.as_mut()) {
+                Some(seen) => {
+                    seen.tracked = seen.tracked.max(replay.tracked_on(device));
+                    true
+                }
+                None => false, // the failure was forgotten or absorbed
+            }
+        });
     }
 
     fn failed(&mut self, f: &AllocFailed) {
