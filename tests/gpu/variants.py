@@ -45,9 +45,12 @@ def main(argv):
     if len(argv) < 3:
         raise SystemExit(__doc__)
     modes = dict(frameworks.TORCH_MODES)
-    mode, rounds = argv[1], int(argv[2])
+    mode, rounds = argv[1], argv[2]
     if mode not in modes:
         raise SystemExit("variants.py: unknown mode %r (one of %s)" % (mode, ", ".join(modes)))
+    if not rounds.isdigit() or int(rounds) < 1:
+        raise SystemExit("variants.py: ROUNDS must be a whole number from 1, not %r" % rounds)
+    rounds = int(rounds)
     variants = [("plain", None), ("shim", {})] + [parse_variant(a) for a in argv[3:]]
     work = tempfile.mkdtemp(prefix="gpumemprof-variants-")
     tools = Tools(os.environ["GPUMEMPROF_SHIM"], os.environ["GPUMEMPROF_ANALYZER"], work)
