@@ -120,9 +120,14 @@ impl Cache {
     /// id noted for them with `with` merged: that id is given, and the caller takes it);
     /// their count, the entry and the id.
     ///
+    /// Not inlined: how the comparison in `Entry::meets` is compiled then depends on no
+    /// caller (inlined into a walk set up otherwise, its zip of quads was no longer seen
+    /// through, and it took twice its instructions on a real step; BENCHMARKS.md,
+    /// twenty-third).
+    ///
     /// # Safety
     /// The cache is this thread's, and `s.sp..top` its readable stack.
-    #[inline(always)]
+    #[inline(never)]
     pub unsafe fn lookup(
         &mut self,
         s: Start,

@@ -348,7 +348,8 @@ pub fn set_memo_stack_id(slot: usize, frames: usize, id: u32, with: u64) {
 
 /// The walk from a known register state. `start.sp..top` is the readable part of the
 /// stack. States are compared with (and remembered in) `memos`, then, where no memo starts
-/// as this walk does, looked up in the first-state cache `keep` (and the walk stored there).
+/// as this walk does, looked up in the first-state cache `keep` (and the walk stored there);
+/// the first state is compared with both before the rest of the walk is set up.
 /// `hit` is set to the memo slot met at its first state by the walk's first state (the
 /// whole output copied from it), or to `memo::SLOTS` + the cache entry it came from. With
 /// `with`, a memo or entry met at the first state with a stack id noted for its frames
@@ -391,6 +392,43 @@ fn walk(
     };
     let now = memos.clock.get() + 1;
     memos.clock.set(now);
+    // The first state alone, before the walk's record is set up: the memos that start at
+    // this stack pointer, then the first-state cache. On a program of many call paths
+    // nearly every capture ends here (BENCHMARKS.md, twenty-third).
+    let in_program = !in_shim(ip);
+    let first_state = memo::State {
+        sp,
+        bp,
+        ra: ip + 1,
+        in_program,
+    };
+    // Per memo: where a change found in its words at the first state leaves it
+    // (`Resume::Stale`).
+    let mut stale_from = [None; memo::SLOTS];
+    for (j, (m, stale_at)) in (memos.slots.iter().zip(&mut stale_from)).enumerate() {
+        if m.len(epoch, skip) == 0 || m.sp(0) != sp || m.skipped_at_first(now) {
+            continue;
+        }
+        // SAFETY: the memo is this thread's, its words read by its walks on its stack.
+        let r = unsafe { m.resume(0, first_state, out, 0, now, with) };
+        m.compared_at_first(matches!(r, memo::Resume::Done(_)));
+        match r {
+            memo::Resume::Done(total) => {
+                met.hit = Some(j);
+                return Some(total);
+            }
+            memo::Resume::Differs => {}
+            memo::Resume::Stale(next) => *stale_at = Some(next),
+        }
+    }
+    if let Some(c) = keep.as_deref_mut() {
+        // SAFETY: this thread's cache; `lo..top` is its stack.
+        if let Some((total, entry, id)) = unsafe { c.lookup(from, out, with) } {
+            met.hit = Some(memo::SLOTS + entry);
+            met.id = id;
+            return Some(total);
+        }
+    }
     // Per memo: states remembered, and the first one not below the current state (or
     // the first one after a change found in its words).
     let mut len = [0; memo::SLOTS];
@@ -405,7 +443,7 @@ fn walk(
     let mut bp_word: Option<usize> = None;
     let mut bp_since = 0;
     // Inside the shim (the first frame is this function) until the first program frame.
-    let mut in_program = !in_shim(ip);
+    let mut in_program = in_program;
     let mut n = 0;
     // The first state: the instruction pointer stands for a return address one past it.
     let mut ra = ip + 1;
@@ -423,20 +461,19 @@ fn walk(
             }
             if k[j] < len[j] && m.sp(k[j]) == sp {
                 let at_first = rec.states() == 0 && k[j] == 0;
-                if at_first && m.skipped_at_first(now) {
+                if at_first {
+                    // Compared above, before the walk's record was set up.
+                    if let Some(next) = stale_from[j] {
+                        k[j] = next;
+                        stale = Some(j);
+                    }
                     continue;
                 }
                 let id_with = with.filter(|_| rec.states() == 0);
                 // SAFETY: the memo is this thread's, its words read by its walks on its stack.
                 let r = unsafe { m.resume(k[j], s, out, n, now, id_with) };
-                if at_first {
-                    m.compared_at_first(matches!(r, memo::Resume::Done(_)));
-                }
                 match r {
                     memo::Resume::Done(total) => {
-                        if at_first {
-                            met.hit = Some(j);
-                        }
                         if rec.states() > 0 {
                             // Met past its first state: remember the whole walk, so
                             // that the next one from here is met at once, in place of
@@ -466,19 +503,10 @@ fn walk(
             }
         }
         if rec.states() == 0 {
-            // No memo starts here as this walk does (a loop's allocations meet one, with
-            // the stack id noted for it): the first-state cache may hold this call path.
-            if let Some(c) = keep.as_deref_mut() {
-                // SAFETY: this thread's cache; `lo..top` is its stack.
-                if let Some((total, entry, id)) = unsafe { c.lookup(from, out, with) } {
-                    met.hit = Some(memo::SLOTS + entry);
-                    met.id = id;
-                    return Some(total);
-                }
-            }
-            // Nor that cache (or it sits out a rest: more call paths of this start than a
-            // set holds): a walk of the same start that read the same words may have its
-            // stack id noted (the caller takes it; no frame is copied).
+            // Neither a memo nor the first-state cache (or it sits out a rest: more call
+            // paths of this start than a set holds) starts here as this walk does: a walk
+            // of the same start that read the same words may have its stack id noted (the
+            // caller takes it; no frame is copied).
             if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
                 // SAFETY: this thread's block; `lo..top` is its stack.
                 if let Some(id) = unsafe { i.lookup(from, out.len(), top, w) } {
