@@ -65,22 +65,22 @@ fn each_variant_runs_once_a_round_under_its_own_settings() {
 #[test]
 fn an_unknown_mode_no_rounds_or_a_malformed_variant_is_refused_before_any_run() {
     let dir = scratch("gpu_variants_refused");
-    let out = variants(&dir, &["cached", "1"]);
-    assert_eq!(out.status.code(), Some(1));
+    // Exit 1 and the one line it printed.
+    let refused = |args: &[&str]| {
+        let out = variants(&dir, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    };
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
+        refused(&["cached", "1"]),
         "variants.py: unknown mode 'cached' (one of default, expandable, async, nocache)"
     );
-    let out = variants(&dir, &["nocache", "0"]);
-    assert_eq!(out.status.code(), Some(1));
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
+        refused(&["nocache", "0"]),
         "variants.py: ROUNDS must be a whole number from 1, not '0'"
     );
-    let out = variants(&dir, &["nocache", "1", "nvml_off=GPUMEMPROF_NVML_MS"]);
-    assert_eq!(out.status.code(), Some(1));
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
+        refused(&["nocache", "1", "nvml_off=GPUMEMPROF_NVML_MS"]),
         "variants.py: 'nvml_off=GPUMEMPROF_NVML_MS' is not NAME=VAR=VALUE[,VAR=VALUE...]"
     );
     assert!(!dir.join("variants.json").exists());
