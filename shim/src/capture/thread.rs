@@ -1,6 +1,6 @@
-//! The per-thread re-entrancy guard, cached thread id and event ring (with the
+//! The per-thread re-entrancy guard, cached thread id, event ring (with the
 //! `pthread_key` destructor that retires the ring, and takes the thread's alternate signal
-//! stack back, when the thread exits).
+//! stack back, when the thread exits) and Python frame-word caches.
 //!
 //! Hooks can fire from anywhere: before `main`, inside another library's constructor,
 //! in a thread the shim never saw, during TLS destruction at thread exit, and from the
@@ -11,6 +11,7 @@
 //! never allocates and never registers a TLS destructor (that would take the loader
 //! lock); `try_with` makes them safe even while the thread's TLS is being torn down.
 
+use crate::capture::python::Caches;
 use crate::capture::ring::Ring;
 use std::cell::Cell;
 
@@ -27,6 +28,9 @@ pub struct ThreadState {
     /// This thread's `errno`, found once (null until then): every hook keeps the caller's
     /// `errno` (`hooks::record`), and `__errno_location` twice a call was 2 ns a pair.
     errno: Cell<*mut libc::c_int>,
+    /// This thread's Python frame words (`python::read`), here so that a capture reaches
+    /// them through the guard it holds, not through a TLS lookup of their own.
+    python: Caches,
 }
 
 /// The `ring` of a thread that must use the shared queue (never a real ring's address:
@@ -40,6 +44,7 @@ thread_local! {
             tid: Cell::new(0),
             ring: Cell::new(std::ptr::null()),
             errno: Cell::new(std::ptr::null_mut()),
+            python: Caches::new(),
         }
     };
 }
@@ -105,6 +110,12 @@ impl ThreadState {
         let p = unsafe { libc::__errno_location() };
         self.errno.set(p);
         p
+    }
+
+    /// This thread's Python frame-word caches.
+    #[inline(always)]
+    pub fn python_caches(&self) -> &Caches {
+        &self.python
     }
 
     #[inline(always)]

@@ -125,11 +125,12 @@ fn intern_with_python(native: &[u64], py: &python::Frames) -> u32 {
     intern::intern(unsafe { std::slice::from_raw_parts(merged.as_ptr() as *const u64, n) })
 }
 
-/// Captures and interns the calling thread's stack (with its Python frames, if any).
+/// Captures and interns the stack of thread `me` (the calling one), with its Python
+/// frames, if any.
 #[inline(never)]
-fn capture_stack(depth: usize) -> u32 {
+fn capture_stack(depth: usize, me: &ThreadState) -> u32 {
     if python::active() {
-        return with_python(depth);
+        return with_python(depth, me);
     }
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
     // No Python frames are noted for any memo yet: an id noted here is of native frames
@@ -147,9 +148,9 @@ fn capture_stack(depth: usize) -> u32 {
 /// copied either. Its own function, so the Python frames' 1 KiB buffer is not in the
 /// native path's stack frame.
 #[inline(never)]
-fn with_python(depth: usize) -> u32 {
+fn with_python(depth: usize, me: &ThreadState) -> u32 {
     let mut py = python::Frames::new();
-    python::read(&mut py);
+    python::read(&mut py, me.python_caches());
     let with = python::fingerprint::of(&py);
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_STACK_DEPTH];
     // No prefetch: the stack interned is the merged one, known only after the walk.
@@ -172,7 +173,11 @@ pub fn record(me: &ThreadState, r: Rec) {
     } else {
         session::stack_depth()
     };
-    let stack = if depth > 0 { capture_stack(depth) } else { 0 };
+    let stack = if depth > 0 {
+        capture_stack(depth, me)
+    } else {
+        0
+    };
     let ev = Event {
         time_ns: r.time_ns,
         address: r.address,

@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 
 use crate::sys::dl as dlsym;
 use layout::{Layout, OWNED_BY_CSTACK, OWNED_BY_GENERATOR};
-use words::Caches;
+pub use words::Caches;
 
 /// Python frames read per stack at most (deeper ones are dropped, outermost first).
 pub const MAX_PY_FRAMES: usize = 128;
@@ -300,8 +300,8 @@ impl Default for Frames {
 }
 
 /// Reads the calling thread's Python frames into `f` (none when no interpreter is being
-/// read or the thread runs no Python).
-pub fn read(f: &mut Frames) {
+/// read or the thread runs no Python), with the calling thread's frame-word `caches`.
+pub fn read(f: &mut Frames, caches: &Caches) {
     let p = INTERP.load(Ordering::Acquire);
     if p.is_null() {
         return;
@@ -309,7 +309,7 @@ pub fn read(f: &mut Frames) {
     // SAFETY: set once from a leaked Box, never freed.
     let interp = unsafe { &*p };
     // SAFETY: this thread's own frames (see the module comment).
-    words::with_caches(|caches| unsafe { walk(interp, caches, f) });
+    unsafe { walk(interp, caches, f) };
 }
 
 /// A stack walk compiled for one version's layout (`walker`).

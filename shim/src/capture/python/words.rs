@@ -45,20 +45,22 @@ const EMPTY_SLOT: Slot = Slot {
     word: 0,
 };
 
-thread_local! {
-    static CACHE: Caches = const {
+impl Caches {
+    /// Empty caches. A thread's are part of its state (`capture/thread.rs`), which every
+    /// hook reaches anyway: a thread-local of their own cost a third TLS lookup and a call
+    /// to its accessor on every capture (BENCHMARKS.md, twenty-fourth).
+    pub const fn new() -> Caches {
         Caches {
             hashed: [const { Cell::new(EMPTY_SLOT) }; SLOTS],
             by_position: [const { Cell::new(EMPTY_SLOT) }; MAX_PY_FRAMES],
         }
-    };
+    }
 }
 
-/// Runs `f` with this thread's caches (const-initialised with no destructor, so they are
-/// there for the whole life of the thread, its teardown included).
-#[inline(always)]
-pub fn with_caches<R>(f: impl FnOnce(&Caches) -> R) -> R {
-    CACHE.with(f)
+impl Default for Caches {
+    fn default() -> Caches {
+        Caches::new()
+    }
 }
 
 /// The set of the hashed cache that (code, instruction) pair `(code, instr)` is kept in.
@@ -186,10 +188,7 @@ mod tests {
             .step_by(2)
             .filter(|&i| set_of(code, i) == set_of(code, a));
         let (b, c) = (same_set.next().unwrap(), same_set.next().unwrap());
-        let caches = Caches {
-            hashed: [const { Cell::new(EMPTY_SLOT) }; SLOTS],
-            by_position: [const { Cell::new(EMPTY_SLOT) }; MAX_PY_FRAMES],
-        };
+        let caches = Caches::new();
         let (lookups, checks) = (Cell::new(0), Cell::new(0));
         // What `skip` checks (a code object's type, its instruction) is asked of frames
         // the caches do not know only: on a hit the code object's type is not read.
