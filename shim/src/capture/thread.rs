@@ -15,8 +15,10 @@ use crate::capture::python::Caches;
 use crate::capture::ring::Ring;
 use std::cell::Cell;
 
-/// Everything the shim keeps per thread on the hot path, in one thread-local (one TLS
-/// lookup per hooked call: in a preloaded library each lookup is a `__tls_get_addr` call).
+/// What every hook keeps per thread, in one thread-local (one TLS lookup per hooked call:
+/// in a preloaded library each lookup is a `__tls_get_addr` call). The unwinder's memos
+/// and the stack-id cache are thread-locals of their own, looked up only when a stack is
+/// captured.
 pub struct ThreadState {
     /// > 0 while this thread runs shim code (a hook's bookkeeping, or the writer thread).
     depth: Cell<u32>,

@@ -395,7 +395,8 @@ fn walk(
     // The first state alone, before the walk's record is set up: the memos that start at
     // this stack pointer, then the first-state cache. On a program of many call paths
     // nearly every capture ends here (BENCHMARKS.md, twenty-third).
-    let in_program = !in_shim(ip);
+    // Inside the shim (the first frame is this function) until the first program frame.
+    let mut in_program = !in_shim(ip);
     let first_state = memo::State {
         sp,
         bp,
@@ -442,8 +443,6 @@ fn walk(
     // recorded state that holds the current rbp.
     let mut bp_word: Option<usize> = None;
     let mut bp_since = 0;
-    // Inside the shim (the first frame is this function) until the first program frame.
-    let mut in_program = in_program;
     let mut n = 0;
     // The first state: the instruction pointer stands for a return address one past it.
     let mut ra = ip + 1;
