@@ -64,13 +64,25 @@ struct ConsumerLine {
     last: AtomicU64,
 }
 
+/// A ring's slot: one event in a cache line of its own (an `Event` itself is aligned to 8
+/// only, see `sys/event.rs`).
+#[repr(C, align(64))]
+struct Slot(UnsafeCell<MaybeUninit<Event>>);
+
+impl Slot {
+    #[inline(always)]
+    fn get(&self) -> *mut MaybeUninit<Event> {
+        self.0.get()
+    }
+}
+
 pub struct Ring {
     producer: ProducerLine,
     consumer: ConsumerLine,
     tid: AtomicU32,
     state: AtomicU8,
     mask: u64,
-    slots: Box<[UnsafeCell<MaybeUninit<Event>>]>,
+    slots: Box<[Slot]>,
 }
 
 // SAFETY: `tail_seen` and the slots between tail and head are touched only by the owner
@@ -107,9 +119,9 @@ impl Ring {
     /// None if the memory cannot be had.
     pub fn new(capacity: usize, tid: u32) -> Option<Ring> {
         let cap = capacity.max(2).next_power_of_two();
-        let mut v: Vec<UnsafeCell<MaybeUninit<Event>>> = Vec::new();
+        let mut v: Vec<Slot> = Vec::new();
         v.try_reserve_exact(cap).ok()?;
-        v.resize_with(cap, || UnsafeCell::new(MaybeUninit::uninit()));
+        v.resize_with(cap, || Slot(UnsafeCell::new(MaybeUninit::uninit())));
         Some(Ring {
             producer: ProducerLine {
                 head: AtomicU64::new(0),
@@ -317,6 +329,14 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::sys::event::EventKind;
+
+    #[test]
+    fn each_slot_is_a_cache_line_of_its_own() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
+        let r = Ring::new(4, 1).unwrap();
+        assert_eq!(r.slots.as_ptr() as usize % 64, 0);
+    }
 
     #[test]
     fn a_threads_stamps_come_out_in_its_program_order() {

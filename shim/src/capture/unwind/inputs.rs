@@ -41,7 +41,6 @@ use super::pool::Pool;
 use std::mem::MaybeUninit;
 
 use crate::sys::{pages, prefetch};
-use memo::offset;
 use shape::{key, Shape, WORDS};
 
 mod shape;
@@ -91,11 +90,35 @@ pub struct Inputs {
     clock: u64,
     /// The key of the last walk stored, waiting for its stack id (0: none).
     pending: u64,
+    /// The keys the last lookup made and found nothing for, by shape, at `clock`: the walk
+    /// that follows reads the same words, and `store` takes its key from here when it keeps
+    /// the walk in one of these shapes (a hash of every word fewer a first sight).
+    missed: Missed,
     /// Keys stored (not counting those put again).
     stored: usize,
     /// `buckets` buckets; null until the first key.
     table: *mut Bucket,
     buckets: usize,
+}
+
+/// What `Inputs::missed` holds: `n` (shape, key) pairs made at lookup `clock`.
+#[derive(Clone, Copy)]
+struct Missed {
+    clock: u64,
+    n: usize,
+    ways: [usize; WAYS],
+    keys: [u64; WAYS],
+}
+
+impl Missed {
+    /// The key made for shape `i` by the lookup at `clock`, if that lookup made one.
+    fn key(&self, clock: u64, i: usize) -> Option<u64> {
+        if self.clock != clock {
+            return None;
+        }
+        let j = self.ways[..self.n].iter().position(|&w| w == i)?;
+        Some(self.keys[j])
+    }
 }
 
 /// The shapes of start `(ip, sp)`.
@@ -132,7 +155,18 @@ impl Inputs {
             }
         }
         // SAFETY: as this function's.
-        let (i, id) = unsafe { self.probe(&ways[..n], s, with) }?;
+        let (i, id) = match unsafe { self.probe(&ways[..n], s, with) } {
+            Ok(found) => found,
+            Err(keys) => {
+                self.missed = Missed {
+                    clock: self.clock,
+                    n,
+                    ways,
+                    keys,
+                };
+                return None;
+            }
+        };
         let shape = &mut self.shapes[i];
         shape.used = self.clock;
         // SAFETY: an address of this shape's (as in `key_now`).
@@ -141,27 +175,33 @@ impl Inputs {
     }
 
     /// The first of shapes `ways` (which start as `s`) whose key for the walk from `s` is
-    /// noted, and its id.
+    /// noted, and its id; else every shape's key (in the order of `ways`).
     ///
     /// # Safety
     /// As `lookup`'s.
     #[inline(always)]
-    unsafe fn probe(&self, ways: &[usize], s: Start, with: u64) -> Option<(usize, u32)> {
+    unsafe fn probe(
+        &self,
+        ways: &[usize],
+        s: Start,
+        with: u64,
+    ) -> Result<(usize, u32), [u64; WAYS]> {
+        let mut keys = [0u64; WAYS];
         if self.buckets <= CACHED_BUCKETS {
             // A table the core's cache holds: each shape's key probed as soon as it is
             // made, and the shapes after the one that finds it are not hashed.
-            for &i in ways {
+            for (k, &i) in keys.iter_mut().zip(ways) {
                 // SAFETY: as this function's.
-                if let Some(id) = self.find(unsafe { self.shapes[i].key_now(s, with) }) {
-                    return Some((i, id));
+                *k = unsafe { self.shapes[i].key_now(s, with) };
+                if let Some(id) = self.find(*k) {
+                    return Ok((i, id));
                 }
             }
-            return None;
+            return Err(keys);
         }
         // A larger table: every shape's key first, each bucket asked for as soon as it is
         // known: where several shapes are asked, the probes are misses in memory, and they
         // overlap instead of following each other (BENCHMARKS.md, fourteenth).
-        let mut keys = [0u64; WAYS];
         for (k, &i) in keys.iter_mut().zip(ways) {
             // SAFETY: as this function's.
             *k = unsafe { self.shapes[i].key_now(s, with) };
@@ -175,6 +215,7 @@ impl Inputs {
         keys.iter()
             .zip(ways)
             .find_map(|(&k, &i)| self.find(k).map(|id| (i, id)))
+            .ok_or(keys)
     }
 
     /// The id noted for `k`, in either of its two buckets.
@@ -209,23 +250,29 @@ impl Inputs {
         // A word the walk did not compare is recorded as a copy of the one before it
         // (`Record::forget_word`): left out, so that a walk that forgot it and one that
         // joined a memo where it was forgotten have one shape. The offsets and the words
-        // apart, each array written from registers.
+        // apart, each array written from registers. Without a branch a word: each is
+        // written at `n`, which moves past it unless it repeats the one before (then the
+        // next overwrites it); the distances from the stack pointer are ORed, and the
+        // result tells at once whether each is what `memo::offset` accepts (a multiple of
+        // 8 below 2^19, so that a `u16` holds it in words: then so is their OR, and only
+        // then).
         let mut offs = [MaybeUninit::<u16>::uninit(); WORDS];
         let mut vals = [MaybeUninit::<u64>::uninit(); WORDS];
         let mut n = 0;
         // No word lies at the last address (an odd one).
         let mut last = u64::MAX;
+        let mut all = 0u64;
         for &(a, v) in read {
-            if a == last {
-                continue;
-            }
-            last = a;
-            let Some(o) = offset(s.sp, a) else {
-                return false;
-            };
-            offs[n] = MaybeUninit::new(o);
+            let d = a.wrapping_sub(s.sp);
+            all |= d;
+            // `n` < `read.len()` <= `WORDS`.
+            offs[n] = MaybeUninit::new((d >> 3) as u16);
             vals[n] = MaybeUninit::new(v);
-            n += 1;
+            n += usize::from(a != last);
+            last = a;
+        }
+        if all & 7 != 0 || all >> 19 != 0 {
+            return false;
         }
         // SAFETY: the first `n` of each were written just above.
         let (offs, vals) = unsafe {
@@ -234,6 +281,9 @@ impl Inputs {
                 std::slice::from_raw_parts(vals.as_ptr() as *const u64, n),
             )
         };
+        // The lookup just before this walk, if there was one (nothing between moved the
+        // clock).
+        let lookup_clock = self.clock;
         self.clock += 1;
         let now = self.clock;
         let ways = set(s.ip, s.sp);
@@ -271,7 +321,16 @@ impl Inputs {
         let sh = &mut self.shapes[i];
         sh.used = now;
         let bp = if bp_needed { s.bp } else { 0 };
-        self.pending = key(sh.tag, with, bp, vals, |&v| v);
+        let made = || key(sh.tag, with, bp, vals, |&v| v);
+        // The lookup that missed hashed these words at these addresses with this shape's
+        // tag, `with` and rbp: the same key.
+        self.pending = match self.missed.key(lookup_clock, i) {
+            Some(k) => {
+                debug_assert_eq!(k, made());
+                k
+            }
+            None => made(),
+        };
         true
     }
 
@@ -343,6 +402,7 @@ impl Inputs {
             sh.epoch = 0;
         }
         self.pending = 0;
+        self.missed.n = 0;
     }
 }
 

@@ -288,6 +288,12 @@ impl Memo {
             .unwrap_or(self.n.get())
     }
 
+    /// Comparisons at a walk's first state missed in a row (tests).
+    #[cfg(test)]
+    pub fn misses(&self) -> u8 {
+        self.misses.get()
+    }
+
     /// Forgets the walk (benchmarks: the cost of a walk that cannot use it).
     #[cfg(test)]
     pub fn forget(&self) {

@@ -25,10 +25,12 @@
 //! `GPUMEMPROF_UNWIND=check` compares the two on every event.
 //!
 //! The rule cache is keyed by address and epoch; the epoch moves when the loader's
-//! counters do (`note_loader_generation`, fed by the writer's module scan), so rules of
-//! an unloaded object are not applied to another one mapped at its addresses later.
-//! What is left open: an object unloaded and a different one mapped at exactly the same
-//! return addresses within one writer round (`GPUMEMPROF_FLUSH_MS`).
+//! unload counter does (`note_loader_generation`, fed by the writer's module scan), so
+//! rules of an unloaded object are not applied to another one mapped at its addresses
+//! later. A load alone keeps the epoch: it maps new addresses and changes no rule already
+//! cached (see `note_loader_generation`). What is left open: an object unloaded and a
+//! different one mapped at exactly the same return addresses within one writer round
+//! (`GPUMEMPROF_FLUSH_MS`).
 
 mod captured;
 pub mod cfi;
@@ -46,8 +48,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The rule cache's current epoch (never 0 in its low 16 bits).
 static EPOCH: AtomicU64 = AtomicU64::new(1);
-/// The loader's (adds, subs) last seen, folded into one word.
-static LOADER_GEN: AtomicU64 = AtomicU64::new(0);
+/// The loader's unload counter (`dlpi_subs`) last seen.
+static LOADER_SUBS: AtomicU64 = AtomicU64::new(0);
 /// Whether `_dl_find_object` exists (set at initialisation).
 static READY: AtomicBool = AtomicBool::new(false);
 /// Stacks the fast path handed to the slow unwinder (diagnostics: `GPUMEMPROF_UNWIND=check`).
@@ -168,11 +170,21 @@ extern "C" fn child_after_fork() {
     }
 }
 
-/// The loader's counters as just read by `modules::generation`: when they moved,
-/// every cached rule is retired (an unloaded object's addresses may be reused).
-pub fn note_loader_generation((adds, subs): (u64, u64)) {
-    let g = adds.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ subs;
-    if LOADER_GEN.swap(g, Ordering::AcqRel) == g {
+/// The loader's counters as just read by `modules::generation`: when an object was
+/// unloaded since they were last seen, every cached rule is retired (its addresses may be
+/// reused by another object), and with them every memo, first-state entry and shape, which
+/// carry the epoch.
+///
+/// A load alone retires nothing: an object already loaded keeps its addresses and its
+/// rules until it is unloaded, and the walk looks up only return addresses of live frames,
+/// which lie in mapped code. The one rule a load can make stale is `Unsupported` cached for
+/// an address outside every object, later mapped by the new one (a garbage return address
+/// the walk met); that rule sends the walk to the slow unwinder, which is exact. Moving the
+/// epoch on loads cost every cache its contents whenever a library was loaded: the shim's
+/// own NVML sampler loads `libnvidia-ml` after the first events, and on `varied_sites
+/// 100000` about 17,000 call paths walked a second time (BENCHMARKS.md, twenty-fifth).
+pub fn note_loader_generation((_adds, subs): (u64, u64)) {
+    if LOADER_SUBS.swap(subs, Ordering::AcqRel) == subs {
         return;
     }
     let e = rules::next_epoch(EPOCH.load(Ordering::Relaxed));
@@ -406,7 +418,20 @@ fn walk(
     // Per memo: where a change found in its words at the first state leaves it
     // (`Resume::Stale`).
     let mut stale_from = [None; memo::SLOTS];
-    for (j, (m, stale_at)) in (memos.slots.iter().zip(&mut stale_from)).enumerate() {
+    // The least recently used memo first: an allocation's and a free's captures start at
+    // one stack pointer and differ only in the shim's frames above it, so in a loop that
+    // allocates and frees they take turns, and the memo of each is the one the other did
+    // not just meet (the other, compared first, would be found stale a capture in two:
+    // BENCHMARKS.md, twenty-fifth). A memo of a loop of one stack beside an old one
+    // misses first, goes cold after `memo::COLD` misses and is then passed over.
+    const _: () = assert!(memo::SLOTS == 2, "the order below is of two memos");
+    let order: [usize; memo::SLOTS] = if memos.slots[1].used() < memos.slots[0].used() {
+        [1, 0]
+    } else {
+        [0, 1]
+    };
+    for j in order {
+        let (m, stale_at) = (&memos.slots[j], &mut stale_from[j]);
         if m.len(epoch, skip) == 0 || m.sp(0) != sp || m.skipped_at_first(now) {
             continue;
         }

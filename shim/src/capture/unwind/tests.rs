@@ -167,6 +167,24 @@ fn an_unload_retires_every_cached_rule() {
     assert_eq!(EPOCH.load(Ordering::Relaxed), e);
 }
 
+#[test]
+fn a_load_alone_keeps_every_cached_rule() {
+    let _moving = EPOCH_STEADY.lock();
+    // The process's own unload count, so that a module scan on another test's thread
+    // (which notes it too) moves nothing here.
+    let (adds, subs) = crate::capture::modules::generation();
+    let e = EPOCH.load(Ordering::Relaxed);
+    // Two libraries loaded, none unloaded: the epoch stays, and with it the memos.
+    note_loader_generation((adds + 1, subs));
+    note_loader_generation((adds + 2, subs));
+    assert_eq!(EPOCH.load(Ordering::Relaxed), e);
+    // Then one unloaded.
+    note_loader_generation((adds + 2, subs + 1));
+    assert_ne!(EPOCH.load(Ordering::Relaxed), e);
+    // The real count again (one more epoch), for the tests after this one.
+    note_loader_generation((adds, subs));
+}
+
 /// One capture through `capture_memo`; whether it met a memo at its first state.
 #[inline(never)]
 fn capture_hit() -> bool {
@@ -244,6 +262,40 @@ fn two_paths_that_share_a_caller_keep_a_memo_each() {
         order.map(from_one_caller).collect::<Vec<bool>>()
     });
     assert_eq!(hits[5..], [true; 16], "{hits:?}");
+}
+
+/// One of two call paths whose captures start at one stack pointer (the same frame, as an
+/// allocation's and a free's hooks are): copies that differ in a constant only.
+#[inline(never)]
+fn twin<const K: u64>() -> bool {
+    let r = capture_hit();
+    std::hint::black_box(K);
+    std::hint::black_box(r)
+}
+
+#[inline(never)]
+fn from_twins(which: u32) -> bool {
+    let r = if which == 0 { twin::<1>() } else { twin::<2>() };
+    std::hint::black_box(r)
+}
+
+#[test]
+fn captures_that_take_turns_at_one_stack_pointer_each_meet_their_memo_first() {
+    // An allocation and its free in a loop: their captures start at one stack pointer and
+    // differ above it. Each meets its own memo at its first state, and the other's is
+    // not compared first (it would be found stale: a miss counted on it every capture).
+    let seen = on_a_fresh_thread(|| {
+        let rounds = std::hint::black_box(40);
+        (0..rounds)
+            .map(|i| {
+                let hit = from_twins(i % 2);
+                let misses =
+                    THREAD.with(|t| [t.memos.slots[0].misses(), t.memos.slots[1].misses()]);
+                (hit, misses)
+            })
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(seen[8..], [(true, [0, 0]); 32], "{seen:?}");
 }
 
 /// One `capture_noted` from one call site, into a buffer filled with a marker first.

@@ -210,3 +210,72 @@ fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
     }
     give_back(i);
 }
+
+#[test]
+fn a_walk_stored_after_the_lookup_that_missed_it_keeps_the_key_that_lookup_made() {
+    let i = empty();
+    let mut stack = Stack {
+        words: Box::new([0; 64]),
+    };
+    let (s, top) = (stack.start(), stack.top());
+    let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 7) };
+    let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 20)]);
+    // No lookup before it made a key: the first store hashes the words itself.
+    assert!(i.store(s, &rec, 64, top, 7));
+    let first = i.pending;
+    i.note(1);
+    assert_eq!(lookup(i), Some(1));
+    // The same shape, another last word: the lookup hashes the shape's words, misses, and
+    // keeps the key; the walk's store takes it (no second hash), the key of these words.
+    let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 21)]);
+    assert_eq!(lookup(i), None);
+    let sh = shape_at(i, &stack, &[0, 1, 2]);
+    // SAFETY: the stack's words, the shape's start.
+    let made = unsafe { sh.key_now(s, 7) };
+    assert_ne!(made, first);
+    assert_eq!((i.missed.n, i.missed.keys[0]), (1, made));
+    assert!(i.store(s, &rec, 64, top, 7));
+    assert_eq!(i.pending, made);
+    i.note(2);
+    assert_eq!(lookup(i), Some(2));
+    // A store with no lookup since the last one (the clock moved) makes its own key.
+    let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 22)]);
+    assert!(i.store(s, &rec, 64, top, 7));
+    // SAFETY: as above.
+    let own = unsafe { shape_at(i, &stack, &[0, 1, 2]).key_now(s, 7) };
+    assert_eq!(i.pending, own);
+    assert_ne!(own, made);
+    give_back(i);
+}
+
+#[test]
+fn a_walk_that_read_a_word_no_offset_holds_is_not_kept() {
+    let i = empty();
+    let sp = 0x7ffc_0000_1000u64;
+    let start = Start {
+        ip: 0x40_1000,
+        sp,
+        bp: 0,
+        epoch: 1,
+        skip: (0, 0),
+    };
+    let store = |i: &mut Inputs, a: u64| {
+        let rec = memo::Record::of_words(sp, &[(sp, 1), (a, 2), (sp + 16, 3)]);
+        i.store(start, &rec, 64, sp + 8 * 70_000, 0)
+    };
+    // The farthest word a u16 offset holds is kept; one word past it, or an address
+    // between words, is not (as `memo::offset` says for each).
+    assert!(store(i, sp + 8 * 65_535));
+    assert!(!store(i, sp + 8 * 65_536));
+    assert!(!store(i, sp + 12));
+    assert!(!store(i, sp + (1 << 40)));
+    // A word read twice in a row (a forgotten rbp word) is one word of the shape.
+    let rec = memo::Record::of_words(sp, &[(sp, 1), (sp + 8, 2), (sp + 8, 2), (sp + 24, 4)]);
+    assert!(i.store(start, &rec, 64, sp + 8 * 70_000, 0));
+    let sh = i.shapes[set(start.ip, sp)]
+        .iter()
+        .find(|sh| sh.epoch != 0 && sh.offs[1] == 1)
+        .expect("the shape of the walk that read a word twice");
+    assert_eq!(sh.offs[..sh.n_words as usize], [0, 1, 3]);
+    give_back(i);
+}
