@@ -540,26 +540,26 @@ fn walk(
             }
         }
         rec.state(s);
-        // The walk found every frame itself: remembered for the next one.
-        let mut end = |rec: &mut memo::Record,
-                       bp_word: Option<usize>,
-                       full: bool,
-                       out: &[MaybeUninit<u64>],
-                       n: usize| {
-            announce(out, n);
-            if let Some(i) = bp_word {
-                rec.forget_word(i);
-            }
-            memos.remember(rec, stale, epoch, skip, full, now);
-            if let Some(c) = keep.as_deref_mut() {
-                c.store(from, rec, out, n);
-            }
-            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
-                met.pending = i.store(from, rec, out.len(), top, w);
-            }
-        };
+        // The walk found every frame itself: remembered for the next one. A macro, not a
+        // closure: a closure defined in the loop had its twelve captures gathered at every
+        // step (25 instructions a step on a first sight of `varied_sites`).
+        macro_rules! end {
+            ($full:expr) => {{
+                announce(out, n);
+                if let Some(i) = bp_word {
+                    rec.forget_word(i);
+                }
+                memos.remember(&rec, stale, epoch, skip, $full, now);
+                if let Some(c) = keep.as_deref_mut() {
+                    c.store(from, &rec, out, n);
+                }
+                if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
+                    met.pending = i.store(from, &rec, out.len(), top, w);
+                }
+            }};
+        }
         if in_program && n == out.len() {
-            end(&mut rec, bp_word, true, out, n);
+            end!(true);
             return Some(n);
         }
         let lookup = ra - 1;
@@ -574,7 +574,7 @@ fn walk(
         match w & rules::KIND_MASK {
             rules::KIND_STEP => {}
             rules::KIND_END => {
-                end(&mut rec, bp_word, false, out, n);
+                end!(false);
                 return Some(n);
             }
             _ => return None,
@@ -624,7 +624,7 @@ fn walk(
         }
         sp = cfa;
         if ra == 0 {
-            end(&mut rec, bp_word, false, out, n);
+            end!(false);
             return Some(n);
         }
         if !in_program && !in_shim(ra) {
