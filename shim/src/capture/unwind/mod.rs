@@ -405,8 +405,9 @@ fn walk(
     let now = memos.clock.get() + 1;
     memos.clock.set(now);
     // The first state alone, before the walk's record is set up: the memos that start at
-    // this stack pointer, then the first-state cache. On a program of many call paths
-    // nearly every capture ends here (BENCHMARKS.md, twenty-third).
+    // this stack pointer, then the first-state cache, then the walks by their inputs. On
+    // a program of many call paths nearly every capture ends here (BENCHMARKS.md,
+    // twenty-third and twenty-fifth).
     // Inside the shim (the first frame is this function) until the first program frame.
     let mut in_program = !in_shim(ip);
     let first_state = memo::State {
@@ -453,6 +454,21 @@ fn walk(
             met.hit = Some(memo::SLOTS + entry);
             met.id = id;
             return Some(total);
+        }
+    }
+    // Neither a memo nor the first-state cache (or it sits out a rest: more call paths of
+    // this start than a set holds) starts here as this walk does: a walk of the same start
+    // that read the same words may have its stack id noted (the caller takes it; no frame
+    // is copied). Asked before the walk's record and the memos' positions are set up
+    // (where it was asked at the walk's first step, `varied_sites 256` took 10% more
+    // instructions). No memo could answer the first state further in: a memo's later state
+    // has the return address of a frame above this function, never this function's own
+    // instruction pointer.
+    if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
+        // SAFETY: this thread's block; `lo..top` is its stack.
+        if let Some(id) = unsafe { i.lookup(from, out.len(), top, w) } {
+            met.id = Some(id);
+            return Some(0);
         }
     }
     // Per memo: states remembered, and the first one not below the current state (or
@@ -523,19 +539,6 @@ fn walk(
                         k[j] = next;
                         stale = Some(j);
                     }
-                }
-            }
-        }
-        if rec.states() == 0 {
-            // Neither a memo nor the first-state cache (or it sits out a rest: more call
-            // paths of this start than a set holds) starts here as this walk does: a walk
-            // of the same start that read the same words may have its stack id noted (the
-            // caller takes it; no frame is copied).
-            if let (Some(w), Some(i)) = (with, inputs.as_deref_mut()) {
-                // SAFETY: this thread's block; `lo..top` is its stack.
-                if let Some(id) = unsafe { i.lookup(from, out.len(), top, w) } {
-                    met.id = Some(id);
-                    return Some(0);
                 }
             }
         }
