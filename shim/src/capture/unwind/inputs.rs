@@ -293,10 +293,12 @@ impl Inputs {
                 && sh.n_words as usize == n
                 && sh.offs[..n] == *offs
         };
-        let i = match ways.clone().find(|&i| same(&self.shapes[i])) {
+        // The shape kept, and whether it is one the lookup before may have hashed (a new
+        // shape may take the way of one it hashed: that key is another shape's).
+        let (i, kept_before) = match ways.clone().find(|&i| same(&self.shapes[i])) {
             Some(i) => {
                 self.shapes[i].seen(|j, _| vals[j]);
-                i
+                (i, true)
             }
             None => {
                 let i = ways
@@ -315,7 +317,7 @@ impl Inputs {
                     offs,
                 );
                 self.shapes[i].fill(s, room, top, bp_needed, offs, vals, fork);
-                i
+                (i, false)
             }
         };
         let sh = &mut self.shapes[i];
@@ -324,7 +326,8 @@ impl Inputs {
         let made = || key(sh.tag, with, bp, vals, |&v| v);
         // The lookup that missed hashed these words at these addresses with this shape's
         // tag, `with` and rbp: the same key.
-        self.pending = match self.missed.key(lookup_clock, i) {
+        let missed = self.missed.key(lookup_clock, i).filter(|_| kept_before);
+        self.pending = match missed {
             Some(k) => {
                 debug_assert_eq!(k, made());
                 k

@@ -279,3 +279,46 @@ fn a_walk_that_read_a_word_no_offset_holds_is_not_kept() {
     assert_eq!(sh.offs[..sh.n_words as usize], [0, 1, 3]);
     give_back(i);
 }
+
+#[test]
+fn a_new_shape_that_takes_the_way_of_a_shape_the_lookup_hashed_makes_its_own_key() {
+    let i = empty();
+    let mut stack = Stack {
+        words: Box::new([0; 64]),
+    };
+    let (s, top) = (stack.start(), stack.top());
+    let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 0) };
+    // Eight shapes of one start fill its set, the first one (a) the least recently used;
+    // the seven after it part from it at their second word.
+    let a = [(0, 10), (1, 0x5000), (2, 20)];
+    let rec = stack.walk(&a);
+    assert!(i.store(s, &rec, 64, top, 0));
+    i.note(1);
+    for j in 0..7u64 {
+        let rec = stack.walk(&[(0, 10), (1, 0x6000 + 16 * j), (3 + j as usize, 30)]);
+        assert!(i.store(s, &rec, 64, top, 0));
+        i.note(2 + j as u32);
+    }
+    // a's words but another last one: only a's shape is asked (the others' forks say
+    // no), and it misses.
+    stack.walk(&[(0, 10), (1, 0x5000), (2, 21)]);
+    assert_eq!(lookup(i), None);
+    let ways = set(s.ip, s.sp);
+    let a_way = ways
+        .clone()
+        .find(|&w| i.shapes[w].offs[..3] == [0, 1, 2])
+        .unwrap();
+    assert_eq!((i.missed.n, i.missed.ways[0]), (1, a_way));
+    // The walk takes a ninth shape, which replaces a's (the least recently used): its key
+    // is made with its own tag, not taken from the lookup's key for a's.
+    let rec = stack.walk(&[(0, 10), (1, 0x5000), (12, 40)]);
+    assert!(i.store(s, &rec, 64, top, 0));
+    assert_eq!(i.shapes[a_way].offs[..3], [0, 1, 12]);
+    // SAFETY: the stack's words, the new shape's start.
+    let own = unsafe { i.shapes[a_way].key_now(s, 0) };
+    assert_eq!(i.pending, own);
+    assert_ne!(own, i.missed.keys[0]);
+    i.note(9);
+    assert_eq!(lookup(i), Some(9));
+    give_back(i);
+}
