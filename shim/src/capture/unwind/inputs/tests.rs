@@ -102,15 +102,26 @@ struct Stack {
     words: Box<[u64; 64]>,
 }
 
+/// The start of every walk below, at stack pointer `sp`.
+fn start_at(sp: u64) -> Start {
+    Start {
+        ip: 0x40_1000,
+        sp,
+        bp: 0,
+        epoch: 1,
+        skip: (0, 0),
+    }
+}
+
 impl Stack {
-    fn start(&self) -> Start {
-        Start {
-            ip: 0x40_1000,
-            sp: self.words.as_ptr() as u64,
-            bp: 0,
-            epoch: 1,
-            skip: (0, 0),
+    fn new() -> Stack {
+        Stack {
+            words: Box::new([0; 64]),
         }
+    }
+
+    fn start(&self) -> Start {
+        start_at(self.words.as_ptr() as u64)
     }
 
     fn top(&self) -> u64 {
@@ -141,9 +152,7 @@ fn shape_at<'a>(i: &'a Inputs, stack: &Stack, offs: &[u16]) -> &'a Shape {
 #[test]
 fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
     let i = empty();
-    let mut stack = Stack {
-        words: Box::new([0; 64]),
-    };
+    let mut stack = Stack::new();
     let (s, top) = (stack.start(), stack.top());
     // Two walks from one start that read the same first two words and part after the
     // second, a return address (0x5000 or 0x6000), as an allocation's and a free's walks
@@ -214,9 +223,7 @@ fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
 #[test]
 fn a_walk_stored_after_the_lookup_that_missed_it_keeps_the_key_that_lookup_made() {
     let i = empty();
-    let mut stack = Stack {
-        words: Box::new([0; 64]),
-    };
+    let mut stack = Stack::new();
     let (s, top) = (stack.start(), stack.top());
     let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 7) };
     let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 20)]);
@@ -252,13 +259,7 @@ fn a_walk_stored_after_the_lookup_that_missed_it_keeps_the_key_that_lookup_made(
 fn a_walk_that_read_a_word_no_offset_holds_is_not_kept() {
     let i = empty();
     let sp = 0x7ffc_0000_1000u64;
-    let start = Start {
-        ip: 0x40_1000,
-        sp,
-        bp: 0,
-        epoch: 1,
-        skip: (0, 0),
-    };
+    let start = start_at(sp);
     let store = |i: &mut Inputs, a: u64| {
         let rec = memo::Record::of_words(sp, &[(sp, 1), (a, 2), (sp + 16, 3)]);
         i.store(start, &rec, 64, sp + 8 * 70_000, 0)
@@ -283,9 +284,7 @@ fn a_walk_that_read_a_word_no_offset_holds_is_not_kept() {
 #[test]
 fn a_new_shape_that_takes_the_way_of_a_shape_the_lookup_hashed_makes_its_own_key() {
     let i = empty();
-    let mut stack = Stack {
-        words: Box::new([0; 64]),
-    };
+    let mut stack = Stack::new();
     let (s, top) = (stack.start(), stack.top());
     let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 0) };
     // Eight shapes of one start fill its set, the first one (a) the least recently used;
