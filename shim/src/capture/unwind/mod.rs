@@ -182,7 +182,8 @@ extern "C" fn child_after_fork() {
 /// the walk met); that rule sends the walk to the slow unwinder, which is exact. Moving the
 /// epoch on loads cost every cache its contents whenever a library was loaded: the shim's
 /// own NVML sampler loads `libnvidia-ml` after the first events, and on `varied_sites
-/// 100000` about 17,000 call paths walked a second time (BENCHMARKS.md, twenty-fifth).
+/// 100000` 17,000 to 28,673 call paths (four runs) walked a second time (BENCHMARKS.md,
+/// twenty-fifth).
 pub fn note_loader_generation((_adds, subs): (u64, u64)) {
     if LOADER_SUBS.swap(subs, Ordering::AcqRel) == subs {
         return;

@@ -128,6 +128,17 @@ impl Stack {
         self.start().sp + 8 * 64
     }
 
+    /// `Inputs::lookup` of a walk from this stack's start (output room 64), `with` merged.
+    fn lookup(&self, i: &mut Inputs, with: u64) -> Option<u32> {
+        // SAFETY: the start's stack pointer is this stack's first word, its top its end.
+        unsafe { i.lookup(self.start(), 64, self.top(), with) }
+    }
+
+    /// `Inputs::store` of walk `rec` from this stack's start (output room 64).
+    fn store(&self, i: &mut Inputs, rec: &memo::Record, with: u64) -> bool {
+        i.store(self.start(), rec, 64, self.top(), with)
+    }
+
     /// A walk that read `read` (offset in words, value): the values written to the stack
     /// first, as the program left them.
     fn walk(&mut self, read: &[(usize, u64)]) -> memo::Record {
@@ -153,22 +164,21 @@ fn shape_at<'a>(i: &'a Inputs, stack: &Stack, offs: &[u16]) -> &'a Shape {
 fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
     let i = empty();
     let mut stack = Stack::new();
-    let (s, top) = (stack.start(), stack.top());
+    let s = stack.start();
     // Two walks from one start that read the same first two words and part after the
     // second, a return address (0x5000 or 0x6000), as an allocation's and a free's walks
     // do in `varied_sites`.
     let a = [(0, 10), (1, 0x5000), (2, 20), (5, 30)];
     let b = [(0, 10), (1, 0x6000), (3, 40), (6, 50)];
-    let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 0) };
     let rec = stack.walk(&a);
-    assert!(i.store(s, &rec, 64, top, 0));
+    assert!(stack.store(i, &rec, 0));
     i.note(1);
-    assert_eq!(lookup(i), Some(1));
+    assert_eq!(stack.lookup(i, 0), Some(1));
     let rec = stack.walk(&b);
-    assert_eq!(lookup(i), None);
-    assert!(i.store(s, &rec, 64, top, 0));
+    assert_eq!(stack.lookup(i, 0), None);
+    assert!(stack.store(i, &rec, 0));
     i.note(2);
-    assert_eq!(lookup(i), Some(2));
+    assert_eq!(stack.lookup(i, 0), Some(2));
     // The new shape's fork is its second word (index 1, kept plus one), its value known;
     // the older one's is the same word, its value learnt from its next walk met.
     let (sa, sb) = (
@@ -178,7 +188,7 @@ fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
     assert_eq!((sb.fork, sb.fork_known, sb.fork_val), (2, true, 0x6000));
     assert_eq!((sa.fork, sa.fork_known), (2, false));
     stack.walk(&a);
-    assert_eq!(lookup(i), Some(1));
+    assert_eq!(stack.lookup(i, 0), Some(1));
     let (sa, sb) = (
         shape_at(i, &stack, &[0, 1, 2, 5]),
         shape_at(i, &stack, &[0, 1, 3, 6]),
@@ -193,21 +203,21 @@ fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
     // fork away for good, and from then on a's shape is asked whatever word is there.
     let a2 = [(0, 10), (1, 0x5008), (2, 20), (5, 30)];
     let rec = stack.walk(&a2);
-    assert_eq!(lookup(i), None);
-    assert!(i.store(s, &rec, 64, top, 0));
+    assert_eq!(stack.lookup(i, 0), None);
+    assert!(stack.store(i, &rec, 0));
     i.note(3);
     assert_eq!(shape_at(i, &stack, &[0, 1, 2, 5]).fork, 0);
-    assert_eq!(lookup(i), Some(3));
+    assert_eq!(stack.lookup(i, 0), Some(3));
     stack.walk(&a);
-    assert_eq!(lookup(i), Some(1));
+    assert_eq!(stack.lookup(i, 0), Some(1));
     // A third shape parting after the second word too: its own fork there; a's shape,
     // which had one, gets none again, and b's keeps its own.
     let c = [(0, 10), (1, 0x7000), (4, 60)];
     let rec = stack.walk(&c);
-    assert_eq!(lookup(i), None);
-    assert!(i.store(s, &rec, 64, top, 0));
+    assert_eq!(stack.lookup(i, 0), None);
+    assert!(stack.store(i, &rec, 0));
     i.note(4);
-    assert_eq!(lookup(i), Some(4));
+    assert_eq!(stack.lookup(i, 0), Some(4));
     let sc = shape_at(i, &stack, &[0, 1, 4]);
     assert_eq!((sc.fork, sc.fork_known, sc.fork_val), (2, true, 0x7000));
     assert_eq!(shape_at(i, &stack, &[0, 1, 2, 5]).fork, 0);
@@ -215,7 +225,7 @@ fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
     assert_eq!((sb.fork, sb.fork_val), (2, 0x6000));
     for (read, id) in [(&a[..], 1), (&b[..], 2), (&c[..], 4)] {
         stack.walk(read);
-        assert_eq!(lookup(i), Some(id));
+        assert_eq!(stack.lookup(i, 0), Some(id));
     }
     give_back(i);
 }
@@ -224,30 +234,29 @@ fn the_shapes_of_one_start_are_told_apart_by_the_word_where_they_part() {
 fn a_walk_stored_after_the_lookup_that_missed_it_keeps_the_key_that_lookup_made() {
     let i = empty();
     let mut stack = Stack::new();
-    let (s, top) = (stack.start(), stack.top());
-    let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 7) };
+    let s = stack.start();
     let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 20)]);
     // No lookup before it made a key: the first store hashes the words itself.
-    assert!(i.store(s, &rec, 64, top, 7));
+    assert!(stack.store(i, &rec, 7));
     let first = i.pending;
     i.note(1);
-    assert_eq!(lookup(i), Some(1));
+    assert_eq!(stack.lookup(i, 7), Some(1));
     // The same shape, another last word: the lookup hashes the shape's words, misses, and
     // keeps the key; the walk's store takes it (no second hash), the key of these words.
     let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 21)]);
-    assert_eq!(lookup(i), None);
+    assert_eq!(stack.lookup(i, 7), None);
     let sh = shape_at(i, &stack, &[0, 1, 2]);
     // SAFETY: the stack's words, the shape's start.
     let made = unsafe { sh.key_now(s, 7) };
     assert_ne!(made, first);
     assert_eq!((i.missed.n, i.missed.keys[0]), (1, made));
-    assert!(i.store(s, &rec, 64, top, 7));
+    assert!(stack.store(i, &rec, 7));
     assert_eq!(i.pending, made);
     i.note(2);
-    assert_eq!(lookup(i), Some(2));
+    assert_eq!(stack.lookup(i, 7), Some(2));
     // A store with no lookup since the last one (the clock moved) makes its own key.
     let rec = stack.walk(&[(0, 10), (1, 0x5000), (2, 22)]);
-    assert!(i.store(s, &rec, 64, top, 7));
+    assert!(stack.store(i, &rec, 7));
     // SAFETY: as above.
     let own = unsafe { shape_at(i, &stack, &[0, 1, 2]).key_now(s, 7) };
     assert_eq!(i.pending, own);
@@ -285,23 +294,22 @@ fn a_walk_that_read_a_word_no_offset_holds_is_not_kept() {
 fn a_new_shape_that_takes_the_way_of_a_shape_the_lookup_hashed_makes_its_own_key() {
     let i = empty();
     let mut stack = Stack::new();
-    let (s, top) = (stack.start(), stack.top());
-    let lookup = |i: &mut Inputs| unsafe { i.lookup(s, 64, top, 0) };
+    let s = stack.start();
     // Eight shapes of one start fill its set, the first one (a) the least recently used;
     // the seven after it part from it at their second word.
     let a = [(0, 10), (1, 0x5000), (2, 20)];
     let rec = stack.walk(&a);
-    assert!(i.store(s, &rec, 64, top, 0));
+    assert!(stack.store(i, &rec, 0));
     i.note(1);
     for j in 0..7u64 {
         let rec = stack.walk(&[(0, 10), (1, 0x6000 + 16 * j), (3 + j as usize, 30)]);
-        assert!(i.store(s, &rec, 64, top, 0));
+        assert!(stack.store(i, &rec, 0));
         i.note(2 + j as u32);
     }
     // a's words but another last one: only a's shape is asked (the others' forks say
     // no), and it misses.
     stack.walk(&[(0, 10), (1, 0x5000), (2, 21)]);
-    assert_eq!(lookup(i), None);
+    assert_eq!(stack.lookup(i, 0), None);
     let ways = set(s.ip, s.sp);
     let a_way = ways
         .clone()
@@ -311,13 +319,13 @@ fn a_new_shape_that_takes_the_way_of_a_shape_the_lookup_hashed_makes_its_own_key
     // The walk takes a ninth shape, which replaces a's (the least recently used): its key
     // is made with its own tag, not taken from the lookup's key for a's.
     let rec = stack.walk(&[(0, 10), (1, 0x5000), (12, 40)]);
-    assert!(i.store(s, &rec, 64, top, 0));
+    assert!(stack.store(i, &rec, 0));
     assert_eq!(i.shapes[a_way].offs[..3], [0, 1, 12]);
     // SAFETY: the stack's words, the new shape's start.
     let own = unsafe { i.shapes[a_way].key_now(s, 0) };
     assert_eq!(i.pending, own);
     assert_ne!(own, i.missed.keys[0]);
     i.note(9);
-    assert_eq!(lookup(i), Some(9));
+    assert_eq!(stack.lookup(i, 0), Some(9));
     give_back(i);
 }
