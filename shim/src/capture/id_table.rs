@@ -65,11 +65,11 @@ pub fn lookup(h: u64) -> Option<u64> {
     unsafe { find(&*t, h) }
 }
 
-/// Asks for the slot where the lookup of key `key()` starts to be brought into the
-/// cache, when the table is large enough (`PREFETCH_FROM`) for that slot to be a miss in
-/// memory; a smaller table's slot is near at hand, and the key not worth computing twice.
+/// Asks for the slot where the lookup of key `key` starts to be brought into the cache,
+/// when the table is large enough (`PREFETCH_FROM`) for that slot to be a miss in memory;
+/// a smaller table's slot is near at hand.
 #[inline(always)]
-pub fn prefetch(key: impl FnOnce() -> u64) {
+pub fn prefetch(key: u64) {
     let t = CURRENT.load(Ordering::Acquire);
     if !t.is_null() {
         // SAFETY: a published table is live.
@@ -80,9 +80,9 @@ pub fn prefetch(key: impl FnOnce() -> u64) {
 /// # Safety
 /// `t` is a live table.
 #[inline(always)]
-unsafe fn prefetch_in(t: &Table, key: impl FnOnce() -> u64) {
+unsafe fn prefetch_in(t: &Table, key: u64) {
     if t.mask + 1 >= PREFETCH_FROM {
-        prefetch::for_read(t.words.add(2 * first_slot(key(), t.mask)));
+        prefetch::for_read(t.words.add(2 * first_slot(key, t.mask)));
     }
 }
 
@@ -168,7 +168,6 @@ fn new_table(slots: usize) -> Option<*mut Table> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
 
     #[test]
     fn every_key_keeps_its_id_through_the_tables_growth() {
@@ -185,24 +184,6 @@ mod tests {
         // SAFETY: published, live.
         let slots = unsafe { (*CURRENT.load(Ordering::Acquire)).mask + 1 };
         assert!(slots >= 65_536, "{slots} slots");
-    }
-
-    #[test]
-    fn only_a_table_of_a_mebibyte_and_more_computes_the_key_to_prefetch() {
-        // Private tables: 8 slots, and 65,536 (1 MiB, `PREFETCH_FROM`).
-        let (small, large) = (new_table(8).unwrap(), new_table(1 << 16).unwrap());
-        let asked = Cell::new(0);
-        let key = || {
-            asked.set(asked.get() + 1);
-            0x1234_5678_9ABC_DEF1
-        };
-        // SAFETY: our own live tables.
-        unsafe {
-            prefetch_in(&*small, key);
-            assert_eq!(asked.get(), 0);
-            prefetch_in(&*large, key);
-            assert_eq!(asked.get(), 1);
-        }
     }
 
     #[test]

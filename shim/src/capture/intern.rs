@@ -28,10 +28,10 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
 
 use gpumemprof_format::{PyCode, PY_MAX_CODE_ID};
 
+use super::frames_arena::Arena;
 use super::id_table;
 
 /// Per-thread cache slots (a power of two): 8 KiB of TLS per thread, more distinct
@@ -77,8 +77,9 @@ pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// allocated at its address would have to reuse both strings' addresses too.
 pub type CodeKey = [usize; 4];
 
-/// A stack's frames, shared by the table and the writer's queue (one allocation each).
-pub type Frames = Arc<[u64]>;
+/// A stack's frames, shared by the table and the writer's queue: a copy in the arena,
+/// kept as long as the process.
+pub type Frames = &'static [u64];
 
 struct Table {
     /// Every stack defined so far, id `i + 1` at `i` (a forked child writes them all
@@ -91,6 +92,8 @@ struct Table {
     code_defs: Vec<PyCode>,
     /// Codes defined but not yet written (indices into `code_defs`).
     fresh_codes: usize,
+    /// Where the frames of `defined` are.
+    arena: Arena,
 }
 
 static TABLE: Lazy<Mutex<Table>> = Lazy::new(|| {
@@ -100,6 +103,7 @@ static TABLE: Lazy<Mutex<Table>> = Lazy::new(|| {
         codes: FxMap::default(),
         code_defs: Vec::new(),
         fresh_codes: 0,
+        arena: Arena::new(),
     })
 });
 
@@ -141,20 +145,30 @@ pub fn hash(frames: &[u64]) -> u64 {
 /// Asks for what `intern(frames)` will read from the process's table of ids, if that is
 /// large enough to miss the cache (`id_table::prefetch`), so that it arrives while the
 /// caller does other work: on 100,000 call paths in turn, a capture waited about 115 ns
-/// for it (BENCHMARKS.md, twelfth).
+/// for it (BENCHMARKS.md, twelfth). Gives the frames' hash, for `intern_hashed`.
 #[inline(never)]
-pub fn prefetch(frames: &[u64]) {
-    id_table::prefetch(|| hash(frames));
+pub fn prefetch(frames: &[u64]) -> u64 {
+    let h = hash(frames);
+    id_table::prefetch(h);
+    h
 }
 
 /// The id of this stack (0 for an empty stack, or once 2^32 - 1 ids are taken),
 /// defining it on first sight.
 #[inline]
 pub fn intern(frames: &[u64]) -> u32 {
+    intern_hashed(frames, 0)
+}
+
+/// `intern`, given the frames' hash `known` if it is (else 0): a walk's frames hashed by
+/// `prefetch` are not hashed again (BENCHMARKS.md, twenty-sixth).
+#[inline]
+pub fn intern_hashed(frames: &[u64], known: u64) -> u32 {
     if frames.is_empty() {
         return 0;
     }
-    let h = hash(frames);
+    let h = if known != 0 { known } else { hash(frames) };
+    debug_assert_eq!(h, hash(frames), "a hash given for other frames");
     let slot = (h as usize) & (SLOTS - 1);
     if let Ok(Some(id)) = CACHE.try_with(|c| {
         let (k, id) = c[slot].get();
@@ -180,12 +194,19 @@ fn intern_slow(frames: &[u64], h: u64) -> u64 {
         return id; // defined by another thread since this one looked
     }
     let id = t.defined.len() as u64 + 1;
-    if id > u32::MAX as u64 || !id_table::insert(h, id) {
-        return 0; // an event's stack id is 32 bits; or no memory for the ids
+    if id > u32::MAX as u64 {
+        return 0; // an event's stack id is 32 bits
     }
-    let key: Frames = frames.into();
-    t.defined.push(key.clone());
-    t.fresh.push((id, key));
+    // The frames kept before the id is published: a thread that finds the id finds its
+    // definition too. Without memory for them (or for the ids), no id.
+    let Some(kept) = t.arena.keep(frames) else {
+        return 0;
+    };
+    if !id_table::insert(h, id) {
+        return 0;
+    }
+    t.defined.push(kept);
+    t.fresh.push((id, kept));
     id
 }
 
@@ -193,7 +214,7 @@ fn intern_slow(frames: &[u64], h: u64) -> u64 {
 /// (`GPUMEMPROF_UNWIND=check` only).
 pub fn frames_of(id: u32) -> Option<Frames> {
     let i = (id as usize).checked_sub(1)?;
-    TABLE.lock().defined.get(i).cloned()
+    TABLE.lock().defined.get(i).copied()
 }
 
 /// Moves every stack defined since the last call into `out`, and copies every Python
@@ -230,7 +251,7 @@ pub unsafe fn unlock_after_fork() {
 pub unsafe fn child_after_fork() {
     // SAFETY: the lock is held (taken before fork), so this thread has the table.
     let t = &mut *TABLE.data_ptr();
-    t.fresh = (1..).zip(t.defined.iter().cloned()).collect();
+    t.fresh = (1..).zip(t.defined.iter().copied()).collect();
     t.fresh_codes = 0;
     TABLE.force_unlock();
 }
@@ -262,6 +283,23 @@ mod tests {
             .collect();
         assert_eq!(defs.len(), 2);
         assert_eq!(intern(&[]), 0);
+    }
+
+    #[test]
+    fn a_stack_interned_with_the_hash_its_prefetch_gave_gets_the_id_it_gets_without() {
+        let _one_at_a_time = TAKING.lock();
+        // Frames of this test's own: defined through the hash, then met without it, and
+        // the other way round.
+        let a = [0x7E58_0000_1000u64, 0x7E58_0000_2000];
+        let b = [0x7E58_0000_3000u64];
+        let ia = intern_hashed(&a, prefetch(&a));
+        assert_ne!(ia, 0);
+        assert_eq!(intern(&a), ia);
+        let ib = intern(&b);
+        assert_eq!(intern_hashed(&b, prefetch(&b)), ib);
+        assert_ne!(ia, ib);
+        assert_eq!(prefetch(&a), hash(&a));
+        assert_eq!(frames_of(ia), Some(&a[..]));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! symbolizes them, and the memory figures the C API reads at once. Imports only `sys`.
 
 pub(crate) mod figures;
+mod frames_arena;
 mod id_table;
 pub(crate) mod intern;
 pub mod modules;

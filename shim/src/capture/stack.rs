@@ -19,6 +19,7 @@ use crate::capture::{intern, unwind};
 use crate::sys::config::{UnwindMode, MAX_STACK_DEPTH};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+pub use unwind::Found;
 
 static SHIM_START: AtomicU64 = AtomicU64::new(0);
 static SHIM_END: AtomicU64 = AtomicU64::new(0);
@@ -66,7 +67,7 @@ pub fn shim_anchor() -> u64 {
 pub fn capture_memo(
     out: &mut [MaybeUninit<u64>],
     with: Option<u64>,
-    found: Option<unwind::Found>,
+    found: Option<&mut Found>,
 ) -> unwind::Captured {
     let lo = SHIM_START.load(Ordering::Relaxed);
     let hi = SHIM_END.load(Ordering::Relaxed);
@@ -187,7 +188,7 @@ mod check {
         }
         let id = id_of(c, &fast, 0, intern::intern);
         let frames = intern::frames_of(id);
-        let fast = frames.as_deref().unwrap_or(&[]);
+        let fast = frames.unwrap_or(&[]);
         if fast != slow && DIFFERED.fetch_add(1, Ordering::Relaxed) < PRINTED {
             crate::sys::diag::line(&format!(
                 "gpumemprof: unwind check: the stacks differ\n  fast: {fast:x?}\n  slow: {slow:x?}\n"

@@ -138,8 +138,11 @@ fn capture_stack(depth: usize, me: &ThreadState) -> u32 {
     // interpreter is found (it is never lost again).
     // A walk's frames are the stack interned: its id's slot is asked for while the walk
     // is stored (`unwind::Found`).
-    let c = stack::capture_memo(&mut frames[..depth], Some(0), Some(intern::prefetch));
-    stack::id_of(c, &frames, 0, intern::intern)
+    // The hash `prefetch` makes is the one `intern` needs: kept, not made again (a walk
+    // that tells `found` its frames returns them; one that walked nothing leaves it 0).
+    let mut found = stack::Found::new(intern::prefetch);
+    let c = stack::capture_memo(&mut frames[..depth], Some(0), Some(&mut found));
+    stack::id_of(c, &frames, 0, |f| intern::intern_hashed(f, found.got))
 }
 
 /// `capture_stack` once an interpreter is found: the thread's Python frames read first,

@@ -147,7 +147,7 @@ impl WriterCore {
                     out.encoder().py_code(c);
                 }
                 for (id, frames) in self.fresh_stacks.drain(..) {
-                    out.encoder().stack(id, &frames);
+                    out.encoder().stack(id, frames);
                 }
             }
             Sink::Recorder(r) => {

@@ -235,7 +235,7 @@ pub fn capture_noted(
     skip_lo: u64,
     skip_hi: u64,
     with: Option<u64>,
-    found: Option<Found>,
+    found: Option<&mut Found>,
 ) -> Option<Captured> {
     if !READY.load(Ordering::Relaxed) {
         return None;
@@ -303,7 +303,31 @@ pub fn capture_noted(
 /// the stack id's slot (`intern::prefetch`), which on a program of many call paths is a
 /// miss in memory, and it arrives while the walk is stored (BENCHMARKS.md, twelfth).
 /// Not told when a memo or the first-state cache gave every frame (nothing is stored).
-pub type Found = fn(&[u64]);
+pub struct Found {
+    /// Told the frames; what it gives back is kept in `got`.
+    tell: fn(&[u64]) -> u64,
+    /// What `tell` gave back (0 until it is told; a walk that tells it returns those
+    /// frames): `intern::prefetch`'s hash, which `intern::intern_hashed` then does not
+    /// make again (BENCHMARKS.md, twenty-sixth). A struct passed by one pointer, not a
+    /// closure: its two words pushed one more argument of `capture_noted` onto the stack.
+    pub got: u64,
+}
+
+impl Found {
+    pub fn new(tell: fn(&[u64]) -> u64) -> Found {
+        Found { tell, got: 0 }
+    }
+
+    /// Tells `found`, if there is one, the walk's frames `out[..n]`. Not inlined: the
+    /// walk's loop stays as it was without it.
+    #[inline(never)]
+    fn tell(found: Option<&mut Found>, out: &[MaybeUninit<u64>], n: usize) {
+        if let Some(f) = found {
+            // SAFETY: the walk initialised `out[..n]`.
+            f.got = (f.tell)(unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) });
+        }
+    }
+}
 
 /// What a walk met besides its frames.
 #[derive(Default)]
@@ -380,7 +404,7 @@ fn walk(
     mut keep: Option<&mut first::Cache>,
     mut inputs: Option<&mut inputs::Inputs>,
     with: Option<u64>,
-    found: Option<Found>,
+    mut found: Option<&mut Found>,
 ) -> Option<usize> {
     let (skip_lo, skip_hi) = from.skip;
     let Regs { ip, mut sp, mut bp } = start;
@@ -397,12 +421,6 @@ fn walk(
     let epoch = from.epoch;
     let skip = (skip_lo, skip_hi);
     let in_shim = |a: u64| a >= skip_lo && a < skip_hi;
-    let announce = |out: &[MaybeUninit<u64>], n: usize| {
-        if let Some(f) = found {
-            // SAFETY: the walk initialised `out[..n]`.
-            f(unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) });
-        }
-    };
     let now = memos.clock.get() + 1;
     memos.clock.set(now);
     // The first state alone, before the walk's record is set up: the memos that start at
@@ -522,7 +540,7 @@ fn walk(
                             // too: two call paths that share a caller, such as an
                             // allocation and its free, would otherwise take turns
                             // evicting each other from the other slot).
-                            announce(out, total);
+                            Found::tell(found.as_deref_mut(), out, total);
                             rec.join(s, m, k[j], bp_word, bp_since);
                             let lru = memos.least_recent_except(memo::SLOTS);
                             memos.remember(&rec, Some(lru), epoch, skip, m.full(), now);
@@ -549,7 +567,7 @@ fn walk(
         // step (25 instructions a step on a first sight of `varied_sites`).
         macro_rules! end {
             ($full:expr) => {{
-                announce(out, n);
+                Found::tell(found.as_deref_mut(), out, n);
                 if let Some(i) = bp_word {
                     rec.forget_word(i);
                 }

@@ -313,36 +313,39 @@ thread_local! {
     static TOLD: std::cell::RefCell<(Vec<u64>, u32)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
 }
 
-fn told(frames: &[u64]) {
+/// Notes the frames it is told, and gives back their number plus 1000.
+fn told(frames: &[u64]) -> u64 {
     TOLD.with(|t| {
         let mut t = t.borrow_mut();
         t.0 = frames.to_vec();
         t.1 += 1;
     });
+    frames.len() as u64 + 1000
 }
 
-/// One `capture_noted` from one call site, telling `told`: its frames, and whether it was
-/// told them.
+/// One `capture_noted` from one call site, telling `told`: its frames, whether it was
+/// told them, and what `Found::got` holds after it.
 #[inline(never)]
-fn told_from_here() -> (Vec<u64>, bool) {
+fn told_from_here() -> (Vec<u64>, bool, u64) {
     let before = TOLD.with(|t| t.borrow().1);
     let mut out = [MaybeUninit::new(0u64); 64];
-    let c = retried(|| capture_noted(&mut out, 0, 0, None, Some(told)));
+    let mut found = Found::new(told);
+    let c = retried(|| capture_noted(&mut out, 0, 0, None, Some(&mut found)));
     let frames: Vec<u64> = out[..c.n()]
         .iter()
         .map(|f| unsafe { f.assume_init() })
         .collect();
     let after = TOLD.with(|t| t.borrow().1);
-    std::hint::black_box((frames, after > before))
+    std::hint::black_box((frames, after > before, found.got))
 }
 
 #[test]
-fn found_is_told_the_frames_of_a_walk_that_is_stored_and_only_then() {
+fn found_is_told_the_frames_of_a_walk_that_is_stored_and_only_then_and_keeps_its_answer() {
     let (walks, told_frames) = on_a_fresh_thread(|| {
         let rounds = std::hint::black_box(3);
         // One call site for every round (`collect` takes its first item from a call of
         // its own: another stack).
-        let mut walks: Vec<(Vec<u64>, bool)> = Vec::with_capacity(rounds);
+        let mut walks: Vec<(Vec<u64>, bool, u64)> = Vec::with_capacity(rounds);
         for _ in 0..rounds {
             walks.push(told_from_here());
         }
@@ -357,6 +360,9 @@ fn found_is_told_the_frames_of_a_walk_that_is_stored_and_only_then() {
     );
     assert_eq!(told_frames, walks[0].0);
     assert_eq!(walks[1].0, walks[0].0);
+    // What it gave back is kept for the caller, and a capture that told nothing leaves 0.
+    let got = walks.iter().map(|w| w.2).collect::<Vec<_>>();
+    assert_eq!(got, [walks[0].0.len() as u64 + 1000, 0, 0]);
 }
 
 #[test]
