@@ -52,6 +52,31 @@ fn policies(pid: &str) -> Vec<(String, u32)> {
     out
 }
 
+/// Each thread of process `pid`: its id, its name (at most 15 bytes) and the signals it
+/// blocks (`SigBlk` of /proc/PID/task/TID/status: bit `n - 1` for signal `n`), sorted.
+fn blocked_signals(pid: &str) -> Vec<(u32, String, u64)> {
+    let mut out: Vec<(u32, String, u64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc/PID/task")
+        .map(|t| {
+            let t = t.expect("task");
+            let tid = t.file_name().to_string_lossy().parse().expect("tid");
+            let status = std::fs::read_to_string(t.path().join("status")).expect("status");
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .expect("field")
+                    .trim()
+                    .to_owned()
+            };
+            let mask = u64::from_str_radix(&field("SigBlk:"), 16).expect("hex");
+            (tid, field("Name:"), mask)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
 }
@@ -505,6 +530,20 @@ fn monitor_and_track_follow_a_running_process_by_pid() {
         threads.iter().all(|t| t.0 == "gpumemprof-writ" || t.1 == 0),
         "{threads:?}"
     );
+    // Nor does it take a signal sent to the process (Ctrl-C, kill): it blocks every one
+    // but the faults its own instructions raise, so the kernel gives them to the program's
+    // threads; the main thread blocks none (`sys/sigmask.rs`).
+    let bit = |sig: u32| 1u64 << (sig - 1);
+    let asked = bit(2) | bit(15) | bit(1) | bit(13); // SIGINT, SIGTERM, SIGHUP, SIGPIPE
+    let faults = bit(11) | bit(7) | bit(8) | bit(4) | bit(5) | bit(31);
+    let masks = blocked_signals(&pid);
+    let of = |pick: &dyn Fn(&(u32, String, u64)) -> bool| -> Vec<u64> {
+        (masks.iter().filter(|t| pick(t)))
+            .map(|t| t.2 & (asked | faults))
+            .collect()
+    };
+    assert_eq!(of(&|t| t.1 == "gpumemprof-writ"), [asked], "{masks:x?}");
+    assert_eq!(of(&|t| t.0 == child.id()), [0], "{masks:x?}");
 
     let out = gpumemprof(&["monitor", "--pid", &pid, "--once", "--json"]);
     assert_eq!(code(&out), Some(0), "{:?}", stderr_lines(&out));

@@ -4,10 +4,10 @@
 
 use super::{signals, FORK_OFF, FREE_STACK_DEPTH, OWNER_PID, PIPELINE, STACK_DEPTH};
 use crate::capture::{modules, python, stack};
-use crate::sys::clock;
 use crate::sys::config::{env, Config, ForkMode, Mode, StackMode};
 use crate::sys::diag::{say, set_quiet, warn};
 use crate::sys::hooklist::apis_json;
+use crate::sys::{clock, sigmask};
 use crate::writer::output::{self, OpenError};
 use crate::writer::{Pipeline, WriterCore};
 use std::sync::atomic::Ordering;
@@ -74,16 +74,19 @@ pub(super) fn start() -> Option<&'static Pipeline> {
         p.set_path(path);
     }
     PIPELINE.store(p as *const Pipeline as *mut Pipeline, Ordering::Release);
-    let spawned = std::thread::Builder::new()
-        .name("gpumemprof-writer".into())
-        .spawn(move || {
-            // A bug of the writer: the hook said so and stopped recording; nobody waits
-            // for the writer any more.
-            let run = std::panic::AssertUnwindSafe(|| p.run_writer());
-            if std::panic::catch_unwind(run).is_err() {
-                p.abandon_writer();
-            }
-        });
+    // The writer takes no signal sent to the process (`sigmask`): they stay the program's.
+    let spawned = sigmask::spawn_blocking_async_signals(|| {
+        std::thread::Builder::new()
+            .name("gpumemprof-writer".into())
+            .spawn(move || {
+                // A bug of the writer: the hook said so and stopped recording; nobody waits
+                // for the writer any more.
+                let run = std::panic::AssertUnwindSafe(|| p.run_writer());
+                if std::panic::catch_unwind(run).is_err() {
+                    p.abandon_writer();
+                }
+            })
+    });
     match spawned {
         Ok(h) => p.set_writer(h.thread().clone()),
         Err(e) => {
