@@ -28,53 +28,55 @@ fn gpumemprof(args: &[&str]) -> Output {
         .expect("run gpumemprof")
 }
 
-/// Each thread of process `pid` (its name, as the kernel keeps it: 15 bytes) with its
-/// scheduling policy (`/proc/PID/task/TID/stat` field 41: 0 SCHED_OTHER, 3 SCHED_BATCH),
-/// sorted by name.
-fn policies(pid: &str) -> Vec<(String, u32)> {
-    let mut out: Vec<(String, u32)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+/// What `read` makes of each thread of process `pid` (its /proc/PID/task/TID folder and
+/// its id), sorted.
+fn per_thread<T: Ord>(pid: &str, read: impl Fn(&Path, u32) -> T) -> Vec<T> {
+    let mut out: Vec<T> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("/proc/PID/task")
         .map(|t| {
-            let stat = std::fs::read_to_string(t.expect("task").path().join("stat")).expect("stat");
-            let (head, tail) = stat.rsplit_once(") ").expect("comm in parentheses");
-            let name = head.split_once(" (").expect("pid (comm").1.to_owned();
-            // After the comm, field 3 is the first: the policy (41) is the 39th.
-            let policy = tail
-                .split_whitespace()
-                .nth(38)
-                .expect("policy")
-                .parse()
-                .expect("number");
-            (name, policy)
+            let t = t.expect("task");
+            let tid = t.file_name().to_string_lossy().parse().expect("tid");
+            read(&t.path(), tid)
         })
         .collect();
     out.sort();
     out
 }
 
-/// Each thread of process `pid`: its id, its name (at most 15 bytes) and the signals it
-/// blocks (`SigBlk` of /proc/PID/task/TID/status: bit `n - 1` for signal `n`), sorted.
+/// Each thread of process `pid`: its name, as the kernel keeps it (15 bytes), and its
+/// scheduling policy (`stat` field 41: 0 SCHED_OTHER, 3 SCHED_BATCH), sorted by name.
+fn policies(pid: &str) -> Vec<(String, u32)> {
+    per_thread(pid, |task, _| {
+        let stat = std::fs::read_to_string(task.join("stat")).expect("stat");
+        let (head, tail) = stat.rsplit_once(") ").expect("comm in parentheses");
+        let name = head.split_once(" (").expect("pid (comm").1.to_owned();
+        // After the comm, field 3 is the first: the policy (41) is the 39th.
+        let policy = tail
+            .split_whitespace()
+            .nth(38)
+            .expect("policy")
+            .parse()
+            .expect("number");
+        (name, policy)
+    })
+}
+
+/// Each thread of process `pid`: its id, its name (15 bytes at most) and the signals it
+/// blocks (`SigBlk` of its status: bit `n - 1` for signal `n`), sorted by id.
 fn blocked_signals(pid: &str) -> Vec<(u32, String, u64)> {
-    let mut out: Vec<(u32, String, u64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("/proc/PID/task")
-        .map(|t| {
-            let t = t.expect("task");
-            let tid = t.file_name().to_string_lossy().parse().expect("tid");
-            let status = std::fs::read_to_string(t.path().join("status")).expect("status");
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .expect("field")
-                    .trim()
-                    .to_owned()
-            };
-            let mask = u64::from_str_radix(&field("SigBlk:"), 16).expect("hex");
-            (tid, field("Name:"), mask)
-        })
-        .collect();
-    out.sort();
-    out
+    per_thread(pid, |task, tid| {
+        let status = std::fs::read_to_string(task.join("status")).expect("status");
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .expect("field")
+                .trim()
+                .to_owned()
+        };
+        let mask = u64::from_str_radix(&field("SigBlk:"), 16).expect("hex");
+        (tid, field("Name:"), mask)
+    })
 }
 
 fn code(out: &Output) -> Option<i32> {

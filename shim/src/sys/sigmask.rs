@@ -2,12 +2,13 @@
 //! `kill`, a terminal's hang-up) goes to one of the program's threads, as it would
 //! without the shim.
 //!
-//! Why: the kernel gives a signal sent to a process to any thread that does not block it.
-//! Had it chosen the writer, Python's SIGINT handler ran there and its main thread, blocked
-//! reading stdin (or sleeping, or in a socket), never woke (`e2e_launcher`'s
-//! `sigint_sent_to_the_launcher_alone_reaches_the_program` waited 60 s for it once, in a
-//! clean-clone run of 2026-11-27); and a SIGTERM handled there could not wait for the
-//! writer to complete the trace, since the handler never waits on the writer's own thread.
+//! Why: the kernel may give a signal sent to a process to any thread that does not block
+//! it. Given to the writer, Python's SIGINT handler runs there, and a main thread blocked
+//! reading stdin is not woken: the likely cause of `e2e_launcher`'s
+//! `sigint_sent_to_the_launcher_alone_reaches_the_program` waiting 60 s for it once, in a
+//! clean-clone run of 2026-11-27 (not reproduced since). And a SIGTERM handled there
+//! cannot wait for the writer to complete the trace, since the handler never waits on the
+//! writer's own thread.
 //! The faults a thread's own instruction raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
 //! SIGSYS) stay unblocked, so that a bug of the shim's thread still meets the shim's
 //! handler; glibc's own signals (thread cancellation, `setxid`) cannot be blocked by

@@ -254,10 +254,8 @@ impl Inputs {
         // joined a memo where it was forgotten have one shape. The offsets and the words
         // apart, each array written from registers. Without a branch a word: each is
         // written at `n`, which moves past it unless it repeats the one before (then the
-        // next overwrites it); the distances from the stack pointer are ORed, and the
-        // result tells at once whether each is what `memo::offset` accepts (a multiple of
-        // 8 below 2^19, so that a `u16` holds it in words: then so is their OR, and only
-        // then).
+        // next overwrites it); the distances from the stack pointer are ORed, and
+        // `memo::fits` of the OR tells at once whether `memo::offset` accepts each.
         let mut offs = [MaybeUninit::<u16>::uninit(); WORDS];
         let mut vals = [MaybeUninit::<u64>::uninit(); WORDS];
         let mut n = 0;
@@ -278,7 +276,7 @@ impl Inputs {
             n += usize::from(a != last);
             last = a;
         }
-        if all & 7 != 0 || all >> 19 != 0 {
+        if !memo::fits(all) {
             return false;
         }
         // SAFETY: the first `n` of each were written just above.

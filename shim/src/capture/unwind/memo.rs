@@ -49,7 +49,15 @@ pub const RETRY: u64 = 64;
 pub fn offset(sp: u64, addr: u64) -> Option<u16> {
     // Below `sp`, the difference wraps past the largest offset.
     let d = addr.wrapping_sub(sp);
-    (d.is_multiple_of(8) && d <= 8 * u16::MAX as u64).then_some((d / 8) as u16)
+    fits(d).then_some((d >> 3) as u16)
+}
+
+/// Whether distance `d` from `sp` is one `offset` accepts: a whole number of words below
+/// 2^16 words. Of several distances ORed together, whether each is (the bits it tests
+/// are set in the OR if and only if they are in one of them).
+#[inline(always)]
+pub fn fits(d: u64) -> bool {
+    d & 7 == 0 && d >> 19 == 0
 }
 
 /// One remembered walk (thread-local, const-initialised, no Drop).

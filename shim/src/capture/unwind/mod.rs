@@ -321,7 +321,7 @@ impl Found {
     /// Tells `found`, if there is one, the walk's frames `out[..n]`. Not inlined: the
     /// walk's loop stays as it was without it.
     #[inline(never)]
-    fn tell(found: Option<&mut Found>, out: &[MaybeUninit<u64>], n: usize) {
+    fn announce(found: Option<&mut Found>, out: &[MaybeUninit<u64>], n: usize) {
         if let Some(f) = found {
             // SAFETY: the walk initialised `out[..n]`.
             f.got = (f.tell)(unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) });
@@ -540,7 +540,7 @@ fn walk(
                             // too: two call paths that share a caller, such as an
                             // allocation and its free, would otherwise take turns
                             // evicting each other from the other slot).
-                            Found::tell(found.as_deref_mut(), out, total);
+                            Found::announce(found.as_deref_mut(), out, total);
                             rec.join(s, m, k[j], bp_word, bp_since);
                             let lru = memos.least_recent_except(memo::SLOTS);
                             memos.remember(&rec, Some(lru), epoch, skip, m.full(), now);
@@ -567,7 +567,7 @@ fn walk(
         // step (25 instructions a step on a first sight of `varied_sites`).
         macro_rules! end {
             ($full:expr) => {{
-                Found::tell(found.as_deref_mut(), out, n);
+                Found::announce(found.as_deref_mut(), out, n);
                 if let Some(i) = bp_word {
                     rec.forget_word(i);
                 }
